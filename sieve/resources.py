@@ -1,0 +1,119 @@
+"""Lazy access to models and per-document caches for defenses, attacks and the runner.
+
+A :class:`Resources` is handed to every ``Defense.inspect`` call. Each model role is loaded on
+first use (once per process) from :mod:`sieve.models`, unless the caller injected one (tests pass
+tiny in-process models). Query-independent per-document work goes through the
+:class:`~sieve.index.ArtifactCache` keyed by content hash + model id (DESIGN.md).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sieve.config import SieveConfig
+
+if TYPE_CHECKING:
+    from sieve.index import ArtifactCache
+    from sieve.models.protocols import CausalLM, Embedder, LLMClient, TokenEncoder
+
+_UNSET: Any = object()
+
+
+class Resources:
+    def __init__(
+        self,
+        config: SieveConfig | None = None,
+        *,
+        retriever: "Embedder | None" = None,
+        judge: "Embedder | None" = None,
+        lm: "CausalLM | None" = None,
+        token_encoder: "TokenEncoder | None" = None,
+        llm: "LLMClient | None" = _UNSET,
+        cache: "ArtifactCache | None" = None,
+    ) -> None:
+        self.config = config or SieveConfig().validate()
+        self._retriever = retriever
+        self._judge = judge
+        self._lm = lm
+        self._token_encoder = token_encoder
+        self._llm = llm
+        self._cache = cache
+
+    # -- models (lazy) ---------------------------------------------------------------------------
+    @property
+    def retriever(self) -> "Embedder":
+        if self._retriever is None:
+            from sieve.models import load_embedder
+
+            self._retriever = load_embedder(self.config.models.retriever, self.config)
+        return self._retriever
+
+    @property
+    def judge(self) -> "Embedder":
+        if self._judge is None:
+            from sieve.models import load_embedder
+
+            self._judge = load_embedder(self.config.models.judge, self.config)
+        return self._judge
+
+    @property
+    def lm(self) -> "CausalLM":
+        if self._lm is None:
+            from sieve.models import load_causal_lm
+
+            self._lm = load_causal_lm(self.config.models.causal_lm, self.config)
+        return self._lm
+
+    @property
+    def token_encoder(self) -> "TokenEncoder":
+        if self._token_encoder is None:
+            from sieve.models import load_token_encoder
+
+            self._token_encoder = load_token_encoder(
+                self.config.models.token_encoder, self.config.models.token_encoder_layer, self.config
+            )
+        return self._token_encoder
+
+    @property
+    def llm(self) -> "LLMClient | None":
+        """The generator / verifier, or ``None`` when LLM use is disabled in the config."""
+        if self._llm is _UNSET:
+            if not self.config.llm.enabled:
+                self._llm = None
+            else:
+                from sieve.models import load_llm
+
+                self._llm = load_llm(self.config)
+        return self._llm
+
+    @property
+    def cache(self) -> "ArtifactCache":
+        if self._cache is None:
+            from sieve.index import ArtifactCache
+
+            self._cache = ArtifactCache.in_memory()
+        return self._cache
+
+    # -- cached per-document artifacts -------------------------------------------------------------
+    def judge_embeddings(self, texts: list[str]) -> np.ndarray:
+        """Judge-space embeddings [n, d] (L2-normalised), cached per document (TRIS L1)."""
+        judge = self.judge
+        arrs = self.cache.get_or_compute(
+            "embedding", judge.model_id, texts, lambda miss: list(judge.encode(miss, kind="passage"))
+        )
+        return np.vstack(arrs).astype(np.float32) if arrs else np.zeros((0, judge.dim), np.float32)
+
+    def lm_trace(self, text: str, max_tokens: int = 512) -> np.ndarray:
+        """Per-token NLL trace of the causal LM (RSQ E_p, perplexity filter), cached per document."""
+        lm = self.lm
+        return self.cache.get_or_compute(
+            f"nll@{max_tokens}", lm.model_id, [text], lambda miss: [lm.token_nll(t, max_tokens)[1] for t in miss]
+        )[0]
+
+    def token_states(self, text: str, max_tokens: int = 256) -> np.ndarray:
+        """Token hidden states for BERTScore (RSQ E_s), cached per document."""
+        enc = self.token_encoder
+        return self.cache.get_or_compute(
+            f"states@{max_tokens}", enc.model_id, [text], lambda miss: [enc.token_states(t, max_tokens) for t in miss]
+        )[0]

@@ -1,0 +1,180 @@
+"""Core data types shared by every part of Sieve.
+
+Everything that crosses a module boundary is one of these dataclasses: documents and queries
+(loaded by :mod:`sieve.corpus`), rankings (produced by :mod:`sieve.index` or read from a
+``contexts.jsonl``), per-document :class:`Decision` objects and the :class:`DefenseResult` that
+every defense in :mod:`sieve.defenses` returns.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+
+def content_hash(text: str) -> str:
+    """sha256 (hex, first 32 chars) of a document text; the key of per-document caches."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Document:
+    """One corpus passage. ``text`` is kept whole; models truncate on their own side."""
+
+    id: str
+    text: str
+    title: str = ""
+    poison: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.text)
+
+    def model_text(self) -> str:
+        """Text handed to embedding models: title + blank line + text (RAGSieve §6.1 rule)."""
+        if self.title and not self.text.startswith(self.title):
+            return f"{self.title}\n\n{self.text}"
+        return self.text
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    text: str
+    answers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AttackRecord:
+    """One line of ``attacks.jsonl``: the poison documents of one attack family for one target."""
+
+    query_id: str
+    query: str
+    correct_answers: tuple[str, ...]
+    target_answer: str
+    attack: str
+    documents: tuple[Document, ...]
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass
+class RankedDocument:
+    """A document at a 1-based ``rank`` with its retriever ``score`` (cosine similarity)."""
+
+    id: str
+    text: str
+    rank: int
+    score: float
+    poison: bool = False
+    title: str = ""
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.text)
+
+
+@dataclass
+class Ranking:
+    """A query and its retrieved documents, best first (ranks 1..n, unique, ascending)."""
+
+    query: str
+    documents: list[RankedDocument]
+    query_id: str = ""
+    condition: str = "clean"
+    correct_answers: tuple[str, ...] = ()
+    target_answer: str = ""
+
+    def top(self, k: int) -> list[RankedDocument]:
+        return self.documents[:k]
+
+    def without(self, ids: set[str]) -> "Ranking":
+        """Survivors of a quarantine, re-numbered 1.. in their original order (RAGSieve §5)."""
+        kept = [d for d in self.documents if d.id not in ids]
+        docs = [RankedDocument(d.id, d.text, i + 1, d.score, d.poison, d.title) for i, d in enumerate(kept)]
+        return Ranking(self.query, docs, self.query_id, self.condition, self.correct_answers, self.target_answer)
+
+
+DecisionStatus = Literal["scored", "ran", "abstained", "error", "skipped", "unavailable", "not_examined"]
+"""
+* ``scored``       – the detector computed a score for the document (flagged or not).
+* ``ran``          – an LLM layer judged the document (TRIS L3).
+* ``abstained``    – the layer declined to judge (e.g. the LLM does not know the answer); kept.
+* ``error``        – the layer failed for this document (timeout, malformed reply); kept (fail-open).
+* ``skipped``      – the layer did not run on this document by design (mode, gating).
+* ``unavailable``  – the detector cannot run on this input (e.g. RSQ with < 20 documents).
+* ``not_examined`` – the document was outside the detector's scope (e.g. RSQ ranks 6+).
+"""
+
+VALID_STATUSES: frozenset[str] = frozenset(
+    ["scored", "ran", "abstained", "error", "skipped", "unavailable", "not_examined"]
+)
+
+
+@dataclass
+class Decision:
+    """One defense's verdict on one document.
+
+    ``score`` is the raw detector score (higher = more suspicious) or ``None`` if the detector
+    produced none; ``threshold`` is the value it was compared with; ``removed`` is the decision.
+    ``evidence`` holds named components (numbers, lists, traces) for plots and audits.
+    """
+
+    doc_id: str
+    removed: bool
+    status: str
+    score: float | None = None
+    threshold: float | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    layer: str = ""
+
+    def margin(self) -> float | None:
+        """Signed distance to the threshold (positive = on the removal side)."""
+        if self.score is None or self.threshold is None:
+            return None
+        return float(self.score) - float(self.threshold)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DefenseResult:
+    """What a defense returns for one ranking.
+
+    ``decisions`` holds one entry per input document (same order as the ranking); ``context``
+    is the final generation context after refill to ``k_ctx``; ``fallback_used`` is set when every
+    document was filtered and the unfiltered list was used instead (with a warning).
+    """
+
+    defense: str
+    decisions: list[Decision]
+    context: list[RankedDocument]
+    fallback_used: bool = False
+    layers_run: list[str] = field(default_factory=list)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def removed_ids(self) -> list[str]:
+        return [d.doc_id for d in self.decisions if d.removed]
+
+    def decision_for(self, doc_id: str) -> Decision | None:
+        for d in self.decisions:
+            if d.doc_id == doc_id:
+                return d
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "defense": self.defense,
+            "decisions": [d.to_dict() for d in self.decisions],
+            "context": [asdict(d) for d in self.context],
+            "fallback_used": self.fallback_used,
+            "layers_run": list(self.layers_run),
+            "latency_ms": dict(self.latency_ms),
+            "warnings": list(self.warnings),
+            "info": self.info,
+        }
