@@ -58,6 +58,19 @@ class AttackRecord:
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
+@dataclass(frozen=True)
+class Target:
+    """One line of ``targets.jsonl`` (Sieve extension of the dataset format): an attack target with
+    its wrong ``target_answer`` and the fluent poison ``payloads`` that assert it (PoisonedRAG §7.1)."""
+
+    query_id: str
+    query: str
+    correct_answers: tuple[str, ...]
+    target_answer: str
+    payloads: tuple[str, ...]
+    voices: tuple[str, ...] = ()
+
+
 @dataclass
 class RankedDocument:
     """A document at a 1-based ``rank`` with its retriever ``score`` (cosine similarity)."""

@@ -1,0 +1,95 @@
+"""Shared fixtures.
+
+Tiny in-process models (milliseconds) for unit tests; session-scoped *real* packaged models
+(loaded once per test session, caches under the user cache dir) for the tests marked
+``realmodel``. Real-model tests run in CI too.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from sieve.config import SieveConfig  # noqa: E402
+from sieve.models.tiny import HashingEmbedder, HashingTokenEncoder, UnigramLM  # noqa: E402
+
+
+@pytest.fixture
+def tiny_embedder() -> HashingEmbedder:
+    return HashingEmbedder(dim=64)
+
+
+@pytest.fixture
+def tiny_judge() -> HashingEmbedder:
+    return HashingEmbedder(dim=48, model_id="tiny-judge")
+
+
+@pytest.fixture
+def tiny_token_encoder() -> HashingTokenEncoder:
+    return HashingTokenEncoder()
+
+
+@pytest.fixture
+def tiny_lm() -> UnigramLM:
+    return UnigramLM(["the capital of france is paris", "paris is a city in france"])
+
+
+@pytest.fixture
+def tiny_resources(tiny_embedder, tiny_judge, tiny_lm, tiny_token_encoder):
+    from sieve.resources import Resources
+
+    return Resources(retriever=tiny_embedder, judge=tiny_judge, lm=tiny_lm,
+                     token_encoder=tiny_token_encoder, llm=None)
+
+
+# ---- real packaged models: one load per test session -------------------------------------------
+@pytest.fixture(scope="session")
+def real_config() -> SieveConfig:
+    return SieveConfig().validate()
+
+
+@pytest.fixture(scope="session")
+def real_retriever(real_config):
+    from sieve.models import load_embedder
+
+    return load_embedder("all-mpnet-base-v2", real_config)
+
+
+@pytest.fixture(scope="session")
+def real_judge(real_config):
+    from sieve.models import load_embedder
+
+    return load_embedder("all-MiniLM-L6-v2", real_config)
+
+
+@pytest.fixture(scope="session")
+def real_lm(real_config):
+    from sieve.models import load_causal_lm
+
+    return load_causal_lm("smollm2-135m", real_config)
+
+
+@pytest.fixture(scope="session")
+def real_token_encoder(real_config):
+    from sieve.models import load_token_encoder
+
+    return load_token_encoder("all-mpnet-base-v2", 9, real_config)
+
+
+@pytest.fixture(scope="session")
+def real_llm(real_config):
+    """The local generator (Qwen2.5-Coder-0.5B-Instruct) — dequantised once into the cache."""
+    from sieve.models import load_llm
+
+    return load_llm(real_config)
+
+
+@pytest.fixture(scope="session")
+def real_resources(real_config, real_retriever, real_judge, real_lm, real_token_encoder):
+    from sieve.resources import Resources
+
+    return Resources(real_config, retriever=real_retriever, judge=real_judge, lm=real_lm,
+                     token_encoder=real_token_encoder)
