@@ -35,6 +35,10 @@ class Defense:
     name: ClassVar[str] = "base"
     paper: ClassVar[str] = ""
     needs: ClassVar[tuple[str, ...]] = ()
+    #: True for corpus-time detectors (RSG) that must be ``fit`` on each corpus snapshot.
+    corpus_time: ClassVar[bool] = False
+    #: Name of the parameter that ``calibrate`` sets (None: nothing to calibrate).
+    threshold_param: ClassVar[str | None] = None
     registry_name: str = ""
 
     def __init__(self, **params: Any) -> None:
@@ -55,6 +59,33 @@ class Defense:
     @property
     def label(self) -> str:
         return self.registry_name or self.name
+
+    # -- fitting ------------------------------------------------------------------------------
+    def fit(self, snapshot: Any, resources: "Resources") -> "Defense":
+        """Corpus-time fitting on the snapshot being defended (clean corpus + the condition's
+        injected documents). ``snapshot`` has ``ids``, ``documents`` and ``vectors`` (a
+        :class:`sieve.index.VectorIndex`). Query-time defenses ignore it."""
+        return self
+
+    def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
+                  clean_budget: float = 0.05) -> "Defense":
+        """Learn ``threshold_param`` on clean rankings only so that at most ``clean_budget`` of the
+        clean documents it scores would be removed (strict ">" rule of ALGORITHMS.md §9.2).
+        Sets ``threshold_`` and the parameter. Never calibrate on the data you report."""
+        if self.threshold_param is None:
+            return self
+        scores: list[float] = []
+        for r in clean_rankings:
+            for d in self.inspect(r, resources):
+                if d.score is not None:
+                    scores.append(float(d.score))
+        if not scores:
+            raise ValueError(f"{self.label}: no clean scores to calibrate on")
+        from sieve.evaluation.metrics import threshold_at_clean_budget
+
+        self.threshold_ = threshold_at_clean_budget(scores, clean_budget)
+        self.set_params(**{self.threshold_param: self.threshold_})
+        return self
 
     # -- protocol -----------------------------------------------------------------------------
     def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
