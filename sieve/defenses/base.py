@@ -83,7 +83,11 @@ class Defense:
             raise ValueError(f"{self.label}: no clean scores to calibrate on")
         from sieve.evaluation.metrics import threshold_at_clean_budget
 
-        self.threshold_ = threshold_at_clean_budget(scores, clean_budget)
+        import numpy as np
+
+        # Defenses remove at score >= threshold; the next float above the §9.2 threshold makes
+        # that equal to the strict "score > threshold" rule of detection at a clean budget.
+        self.threshold_ = float(np.nextafter(threshold_at_clean_budget(scores, clean_budget), np.inf))
         self.set_params(**{self.threshold_param: self.threshold_})
         return self
 
