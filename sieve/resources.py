@@ -39,6 +39,9 @@ class Resources:
         self._token_encoder = token_encoder
         self._llm = llm
         self._cache = cache
+        # a persistent cache is keyed by model id, which identifies weights only for models
+        # resolved from the config; injected (test) models get an in-memory cache by default
+        self._models_injected = any(m is not None for m in (retriever, judge, lm, token_encoder))
 
     # -- models (lazy) ---------------------------------------------------------------------------
     @property
@@ -92,7 +95,8 @@ class Resources:
         if self._cache is None:
             from sieve.index import ArtifactCache
 
-            self._cache = ArtifactCache.in_memory()
+            self._cache = (ArtifactCache.in_memory() if self._models_injected
+                           else ArtifactCache.default(self.config))
         return self._cache
 
     # -- cached per-document artifacts -------------------------------------------------------------

@@ -1,0 +1,205 @@
+"""Indexing benchmark: embedding throughput per retriever, query latency, index load time
+(cold = first open in a fresh process, warm = reopen in the same process) and ArtifactCache reads.
+
+    .venv/bin/python bench/index_bench.py [--n 200] [--queries 30] [--load-docs 20000]
+                                          [--retrievers all-mpnet-base-v2,all-MiniLM-L6-v2,multilingual-e5-small]
+
+Passages: demo_data/corpus.jsonl if present, else the PoisonedRAG MS MARCO poison texts from
+../shared/data (read only), else synthetic sentences. Prints a table; nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sieve.index import ArtifactCache, VectorIndex  # noqa: E402
+from sieve.types import Document, content_hash  # noqa: E402
+
+
+def passages(n: int) -> tuple[list[str], list[str]]:
+    """(passages, queries)."""
+    demo = ROOT / "demo_data" / "corpus.jsonl"
+    if demo.exists():
+        texts = [json.loads(l)["text"] for l in demo.read_text(encoding="utf-8").splitlines() if l.strip()]
+        qpath = ROOT / "demo_data" / "queries.jsonl"
+        qs = [json.loads(l)["text"] for l in qpath.read_text(encoding="utf-8").splitlines() if l.strip()] \
+            if qpath.exists() else texts[:50]
+        if len(texts) >= n:
+            return texts[:n], qs
+    shared = ROOT.parent / "shared" / "data" / "poisonedrag" / "msmarco.json"
+    if shared.exists():
+        data = json.loads(shared.read_text(encoding="utf-8"))
+        texts = [t for e in data.values() for t in e["adv_texts"]]
+        return texts[:n], [e["question"] for e in data.values()]
+    rng = np.random.default_rng(0)
+    words = "river city capital ocean mountain painter author science history music language".split()
+    texts = [" ".join(rng.choice(words, 60)) for _ in range(n)]
+    return texts, [" ".join(rng.choice(words, 8)) for _ in range(50)]
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+class RandomEmbedder:
+    """Deterministic random unit vectors with a real model's shape (index-load timing only)."""
+
+    def __init__(self, model_id: str = "bench-random-768", dim: int = 768):
+        self.model_id, self.dim, self.max_tokens = model_id, dim, 512
+
+    def encode(self, texts, kind="passage", batch_size=32, progress=False):
+        out = np.stack([np.random.default_rng(int(content_hash(t)[:8], 16)).standard_normal(self.dim) for t in texts])
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+def bench_retrievers(names: list[str], texts: list[str], queries: list[str], nq: int) -> list[tuple]:
+    from sieve.config import SieveConfig
+    from sieve.models import load_embedder
+
+    cfg = SieveConfig()
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            emb = load_embedder(name, cfg)
+        except Exception as e:  # noqa: BLE001 - report and continue
+            rows.append((name, f"unavailable: {e}"))
+            continue
+        load_s = time.perf_counter() - t0
+        emb.encode(texts[:4], kind="passage")  # warm-up
+        t0 = time.perf_counter()
+        emb.encode(texts, kind="passage", batch_size=32)
+        docs_s = len(texts) / (time.perf_counter() - t0)
+        lat = []
+        for q in queries[:nq]:
+            t1 = time.perf_counter()
+            emb.encode([q], kind="query")
+            lat.append((time.perf_counter() - t1) * 1000)
+        rows.append((name, emb.model_id, emb.dim, load_s, docs_s, pct(lat, 50), pct(lat, 95)))
+    return rows
+
+
+_COLD = """
+import sys, time, json
+sys.path.insert(0, {root!r})
+t0 = time.perf_counter()
+from sieve.index import VectorIndex
+from sieve.types import Document
+import numpy as np
+t_import = time.perf_counter() - t0
+sys.path.insert(0, {bench!r})
+from index_bench import RandomEmbedder
+docs = [Document(f"d{{i}}", f"synthetic passage number {{i}} about topic {{i % 97}}") for i in range({n})]
+t1 = time.perf_counter()
+idx = VectorIndex.open_or_build(docs, RandomEmbedder(), {ws!r}, progress=False)
+t_open = time.perf_counter() - t1
+assert idx.build_report.action == "reused", idx.build_report
+print(json.dumps({{"import_s": t_import, "open_s": t_open}}))
+"""
+
+
+def bench_index_load(n: int, workdir: Path) -> dict[str, float]:
+    docs = [Document(f"d{i}", f"synthetic passage number {i} about topic {i % 97}") for i in range(n)]
+    ws = workdir / "ws"
+    emb = RandomEmbedder()
+    t0 = time.perf_counter()
+    VectorIndex.open_or_build(docs, emb, ws, progress=False)
+    build_s = time.perf_counter() - t0
+    code = _COLD.format(root=str(ROOT), bench=str(Path(__file__).parent), n=n, ws=str(ws))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    cold = json.loads(out.stdout.strip().splitlines()[-1])
+    warm = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        idx = VectorIndex.open_or_build(docs, emb, ws, progress=False)
+        warm.append(time.perf_counter() - t0)
+    qv = emb.encode(["q"], kind="query")[0]
+    lat = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        idx.search(qv, 20)
+        lat.append((time.perf_counter() - t0) * 1000)
+    view = idx.with_documents([Document(f"p{i}", f"poison {i}", poison=True) for i in range(250)])
+    lat_v = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        view.search(qv, 20)
+        lat_v.append((time.perf_counter() - t0) * 1000)
+    return {"n": n, "build_s": build_s, "cold_import_s": cold["import_s"], "cold_open_s": cold["open_s"],
+            "warm_open_s": statistics.median(warm), "search_p50_ms": pct(lat, 50), "search_p95_ms": pct(lat, 95),
+            "search_view_p50_ms": pct(lat_v, 50)}
+
+
+def bench_cache(workdir: Path, reps: int = 50) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    path = workdir / "artifacts.sqlite"
+    texts = [f"doc {i}" for i in range(200)]
+    arrays = [rng.standard_normal((250, 768)).astype(np.float16) for _ in texts]
+    c = ArtifactCache.open(path)
+    c.put_many("states@256", "bench", texts, arrays)
+    cold, warm = [], []
+    for r in range(reps):
+        subset = [texts[i] for i in rng.choice(200, 20, replace=False)]
+        c.clear_memory()
+        t0 = time.perf_counter()
+        c.get_or_compute("states@256", "bench", subset, lambda m: [])
+        cold.append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        c.get_or_compute("states@256", "bench", subset, lambda m: [])
+        warm.append((time.perf_counter() - t0) * 1000)
+    return {"cold_p50_ms": pct(cold, 50), "cold_p95_ms": pct(cold, 95),
+            "warm_p50_ms": pct(warm, 50), "warm_p95_ms": pct(warm, 95),
+            "db_mb": os.path.getsize(path) / 2**20}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=200, help="passages embedded per retriever")
+    ap.add_argument("--queries", type=int, default=30, help="queries for the latency percentiles")
+    ap.add_argument("--load-docs", type=int, default=20000, help="documents in the index-load test")
+    ap.add_argument("--retrievers", default="all-mpnet-base-v2,all-MiniLM-L6-v2,multilingual-e5-small")
+    args = ap.parse_args()
+    texts, queries = passages(args.n)
+    print(f"# {len(texts)} passages (mean {np.mean([len(t) for t in texts]):.0f} chars), "
+          f"{os.cpu_count()} CPUs, torch threads {os.environ.get('SIEVE_THREADS', 'default')}")
+
+    print("\n## embedding throughput and query latency")
+    print(f"{'retriever':<24} {'dim':>4} {'load s':>7} {'docs/s':>8} {'query p50 ms':>13} {'query p95 ms':>13}")
+    for row in bench_retrievers([s for s in args.retrievers.split(",") if s], texts, queries, args.queries):
+        if len(row) == 2:
+            print(f"{row[0]:<24} {row[1]}")
+        else:
+            name, _, dim, load_s, dps, p50, p95 = row
+            print(f"{name:<24} {dim:>4} {load_s:>7.1f} {dps:>8.1f} {p50:>13.1f} {p95:>13.1f}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        r = bench_index_load(args.load_docs, Path(tmp))
+        print(f"\n## index load ({r['n']} documents x 768-d, fp16 on disk)")
+        print(f"build (random vectors, write)      {r['build_s'] * 1000:8.1f} ms")
+        print(f"cold open (fresh process)          {r['cold_open_s'] * 1000:8.1f} ms  "
+              f"(+ import sieve.index {r['cold_import_s'] * 1000:.0f} ms)")
+        print(f"warm open (same process, median)   {r['warm_open_s'] * 1000:8.1f} ms  "
+              f"(cold/warm {r['cold_open_s'] / r['warm_open_s']:.2f}x)")
+        print(f"search k=20 p50 / p95              {r['search_p50_ms']:8.2f} / {r['search_p95_ms']:.2f} ms")
+        print(f"search k=20 with 250 added docs    {r['search_view_p50_ms']:8.2f} ms (p50)")
+        c = bench_cache(Path(tmp))
+        print("\n## ArtifactCache: read 20 arrays of 250x768 fp16 (of 200 stored)")
+        print(f"cold (SQLite) p50 / p95            {c['cold_p50_ms']:8.2f} / {c['cold_p95_ms']:.2f} ms")
+        print(f"warm (LRU)    p50 / p95            {c['warm_p50_ms']:8.3f} / {c['warm_p95_ms']:.3f} ms")
+        print(f"database size                      {c['db_mb']:8.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Template (no search) attacks: PoisonedRAG black-box, diversified payload, payload only.
+
+One class, three registered presets (ALGORITHMS.md §7.1, §7.3, RobustRAG setting):
+
+* ``pr_b`` – PoisonedRAG black-box "LM_targeted": poison = query + "." + payload_j. "The join has
+  no space" (PR:src/attack.py, §7.1).
+* ``diverse`` – TRIS four-level generator, ``diversity`` level: "distinct genres and voices
+  (encyclopedia, news, blog, textbook, Q&A) … the verbatim question is prepended" as
+  "question. passage" ("note the space", TRIS:gen_adaptive_poisons.py, §7.3). The target's five
+  payloads are its five genres; the genre name is the target's ``voices[j]``.
+* ``payload_only`` – the payload passages alone, no trigger (RobustRAG poisoning setting, where the
+  retriever is bypassed; also TRIS pilot ``verbatim`` mode, §7.3).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sieve.attacks.base import Attack
+from sieve.registry import ATTACKS
+from sieve.types import Target
+
+if TYPE_CHECKING:
+    from sieve.resources import Resources
+
+
+@ATTACKS.register("payload_only", preset={"trigger": "none", "join": ""},
+                  summary="Payload passages alone, no trigger (RobustRAG poisoning setting)",
+                  paper="RobustRAG (Xiang et al. 2024); TRIS pilot 'verbatim' §7.3", needs=())
+@ATTACKS.register("diverse", preset={"trigger": "query", "join": ". "},
+                  summary="Diversified payload: verbatim question + '. ' + five genre-distinct payloads",
+                  paper="TRIS adaptive 'diversity' level §7.3", needs=())
+@ATTACKS.register("pr_b", preset={"trigger": "query", "join": "."},
+                  summary="PoisonedRAG black-box: query + '.' + payload (no space)",
+                  paper="PoisonedRAG (Zou et al., USENIX Sec 2025) §7.1", needs=())
+class TemplateAttack(Attack):
+    """Poison = trigger + join + payload, with ``trigger`` "query" (the verbatim question) or
+    "none" (payload alone). Presets: ``pr_b``, ``diverse``, ``payload_only``."""
+
+    name = "pr_b"
+    paper = "PoisonedRAG §7.1"
+
+    def __init__(self, trigger: str = "query", join: str = ".", **params: Any) -> None:
+        if trigger not in ("query", "none"):
+            raise ValueError(f"trigger must be 'query' or 'none', got {trigger!r}")
+        super().__init__(trigger=trigger, join=join, **params)
+
+    def build(self, target: Target, payload_indices: list[int], resources: "Resources",
+              seed: int) -> dict[int, tuple[str, dict[str, Any]]]:
+        out = {}
+        for p in payload_indices:
+            payload = target.payloads[p].strip()
+            text = payload if self.trigger == "none" else target.query.strip() + self.join + payload
+            out[p] = (text, {"trigger": "" if self.trigger == "none" else target.query.strip()})
+        return out

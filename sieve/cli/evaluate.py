@@ -1,0 +1,154 @@
+"""``sieve eval``, ``sieve report`` and ``sieve calibrate``."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from sieve.cli._app import UserError, app, user_errors
+
+if TYPE_CHECKING:
+    from sieve.config import SieveConfig
+    from sieve.corpus import Dataset
+    from sieve.resources import Resources
+
+TESTING_RETRIEVER = "tiny-hashing"
+"""Hidden retriever name: every model role becomes a tiny in-process model (tests, smoke checks)."""
+
+
+def _split(v: Optional[str]) -> Optional[list[str]]:
+    if v is None:
+        return None
+    items = [x.strip() for x in v.split(",") if x.strip()]
+    return items or None
+
+
+def _config(config_file: Optional[Path], retriever: Optional[str]) -> "SieveConfig":
+    from sieve.config import SieveConfig
+
+    cfg = SieveConfig.load(config_file)
+    if retriever:
+        cfg.models.retriever = retriever
+        if retriever != TESTING_RETRIEVER:
+            cfg.validate()
+    return cfg
+
+
+def _resources(cfg: "SieveConfig", ds: "Dataset") -> "Resources":
+    from sieve.resources import Resources
+
+    if cfg.models.retriever == TESTING_RETRIEVER:
+        from sieve.models.tiny import HashingEmbedder, HashingTokenEncoder, UnigramLM
+
+        return Resources(cfg, retriever=HashingEmbedder(dim=64), judge=HashingEmbedder(dim=48, model_id="tiny-judge"),
+                         lm=UnigramLM([d.text for d in ds.documents]), token_encoder=HashingTokenEncoder(), llm=None)
+    from sieve.index import ArtifactCache
+
+    return Resources(cfg, cache=ArtifactCache.default(cfg))
+
+
+def _load(dataset_dir: Path) -> "Dataset":
+    from sieve.corpus import load_dataset
+
+    return load_dataset(dataset_dir)
+
+
+@app.command("eval")
+@user_errors
+def eval_command(
+    dataset_dir: Path = typer.Argument(..., help="Dataset directory (corpus.jsonl, queries.jsonl, attacks.jsonl, "
+                                                 "optional contexts.jsonl).", show_default=False),
+    out: Path = typer.Option(..., "--out", "-o", help="Run directory (created; rerun the same command to resume)."),
+    defenses: Optional[str] = typer.Option(None, "--defenses", "-d",
+                                           help="Comma-separated defenses (see `sieve list`) or serial specs a+b; "
+                                                "default: all registered."),
+    attacks: Optional[str] = typer.Option(None, "--attacks", "-a",
+                                          help="Comma-separated attack families of attacks.jsonl; default: all."),
+    retriever: Optional[str] = typer.Option(None, "--retriever", help="Retriever model (default from config)."),
+    generate: bool = typer.Option(False, "--generate", help="Answer from each final context with the generator "
+                                                            "(ASR, CleanAcc, F1, EM)."),
+    k_ctx: int = typer.Option(5, "--k-ctx", help="Generation context size after refill."),
+    depth: int = typer.Option(50, "--depth", help="Retrieval depth (RSQ needs >= 20)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: config seed)."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration",
+                                               help="Calibration YAML from `sieve calibrate` (defense parameters)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
+    force: bool = typer.Option(False, "--force", help="Discard an existing run in --out and start over."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Evaluate defenses on the clean and attack conditions of a dataset; writes config.json,
+    records.jsonl and summary.json into --out, then prints the summary table."""
+    from sieve.evaluation.report import format_table
+    from sieve.evaluation.runner import RunError, run_eval
+
+    cfg = _config(config, retriever)
+    ds = _load(dataset_dir)
+    res = _resources(cfg, ds)
+    command = shlex.join(["sieve", *sys.argv[1:]]) if sys.argv and "sieve" in Path(sys.argv[0]).name else \
+        shlex.join(["sieve", "eval", str(dataset_dir), "--out", str(out)])
+    try:
+        summary = run_eval(ds, out, res, defenses=_split(defenses), attacks=_split(attacks), generate=generate,
+                           k_ctx=k_ctx, depth=depth, seed=seed, calibration=calibration, force=force,
+                           progress=progress, command=command)
+    except RunError as e:
+        raise UserError(str(e)) from None
+    typer.echo(format_table(summary))
+    typer.echo(f"\nwrote {out}/config.json, records.jsonl, summary.json — `sieve report {out}` for plots")
+
+
+@app.command("report")
+@user_errors
+def report_command(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `sieve eval`.", show_default=False),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Where to write the HTML (default RUN_DIR/report.html)."),
+) -> None:
+    """Print the defense × attack table of a run and write a self-contained report.html with the
+    ASR–utility plane, ROC curves per attack and per-attack bars."""
+    from sieve.evaluation.report import ReportError, format_table, load_run, write_report
+    from sieve.evaluation.runner import RunError
+
+    try:
+        _, summary, _ = load_run(run_dir)
+        path = write_report(run_dir, html_out)
+    except (ReportError, RunError) as e:
+        raise UserError(str(e)) from None
+    typer.echo(format_table(summary))
+    typer.echo(f"\nwrote {path}")
+
+
+@app.command("calibrate")
+@user_errors
+def calibrate_command(
+    dataset_dir: Path = typer.Argument(..., help="Dataset directory; only its clean queries are used.",
+                                       show_default=False),
+    defense: str = typer.Option(..., "--defense", help="Defense name (see `sieve list`)."),
+    clean_budget: float = typer.Option(0.05, "--clean-budget", help="Largest fraction of clean documents the "
+                                                                     "defense may remove (strict rule, §9.2)."),
+    out: Path = typer.Option(Path("calibration.yaml"), "--out", "-o", help="Calibration YAML (merged if it exists)."),
+    depth: int = typer.Option(50, "--depth", help="Retrieval depth of the clean rankings."),
+    retriever: Optional[str] = typer.Option(None, "--retriever", help="Retriever model (default from config)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
+) -> None:
+    """Learn a defense's score threshold on clean queries only and save it for `sieve eval
+    --calibration` and the dashboard."""
+    from sieve.evaluation.calibrate import calibrate_defense, save_calibration
+    from sieve.evaluation.runner import RunError
+
+    if not 0.0 <= clean_budget < 1.0:
+        raise UserError(f"--clean-budget must be in [0, 1), got {clean_budget}")
+    cfg = _config(config, retriever)
+    ds = _load(dataset_dir)
+    res = _resources(cfg, ds)
+    try:
+        result = calibrate_defense(ds, defense, res, clean_budget, depth)
+    except (ValueError, RunError) as e:
+        if isinstance(e, KeyError):
+            raise
+        raise UserError(str(e)) from None
+    path = save_calibration(out, defense, result["params"], result["meta"])
+    params = ", ".join(f"{k} = {v:.6g}" for k, v in result["params"].items())
+    typer.echo(f"{defense}: {params} (clean budget {clean_budget:g}, {result['meta']['n_rankings']} clean rankings)")
+    typer.echo(f"saved to {path}")

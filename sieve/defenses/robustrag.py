@@ -1,0 +1,144 @@
+"""RobustRAG keyword aggregation, original design (ALGORITHMS.md §8.3, RR0:src/defense.py).
+
+Isolated answers (one LLM call per passage, PoisonedRAG single-context prompt §10.1) → abstention
+removal ("I don't") → keyword/phrase candidates per answer → keep candidates found in at least
+min(β, α·#non-abstained) answers → final answer from the corroborated keywords (one more call).
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from sieve.defenses.base import Defense, finalize_context, keep_all
+from sieve.defenses.text import is_keyword, phrase_candidates
+from sieve.models.errors import LLMError
+from sieve.registry import DEFENSES
+from sieve.types import Decision, DefenseResult, Ranking
+
+if TYPE_CHECKING:
+    from sieve.resources import Resources
+
+ISOLATED_SYSTEM = "You are a helpful assistant."
+ISOLATED_PROMPT = (
+    "You are a helpful assistant. Below is a query from a user and a relevant context. Answer the "
+    "question given the information in the context. Your answer should be short and concise. If "
+    "you cannot find the answer to the question, just say \"I don't know\".\n\n"
+    "Context: {context}\n\nQuery: {question}\n\nAnswer:"
+)
+FINAL_PROMPT = (
+    "Answer the query using only words from the word list, as a short phrase. If the list does not "
+    "contain an answer, say \"I don't know\".\n\nWord list: {hints}\n\nQuery: {question}\n\nAnswer:"
+)
+
+
+def is_robustrag_abstention(response: str) -> bool:
+    """RR0 rule: a response containing "I don't" abstains (case-insensitive here; curly quotes too)."""
+    return "i don't" in response.lower().replace("\u2019", "'")
+
+
+@DEFENSES.register("robustrag", needs=("llm",), paper="RobustRAG keyword aggregation (ALGORITHMS.md §8.3)",
+                   summary="RobustRAG: isolated per-passage answers, keywords kept when corroborated by "
+                           "min(3, 0.3·n) answers.")
+class RobustRAG(Defense):
+    """Original RobustRAG keyword aggregation (§8.3). Parameters and sources:
+
+    * ``alpha`` = 0.3 (relative) and ``beta`` = 3 (absolute): keep keywords in ≥ min(β, α·#non-abstained)
+      answers (RR0 defaults).
+    * ``max_docs`` = 10: RR0's top-k; documents beyond it are ``not_examined`` (kept, used for refill).
+    * Phrases: POS-free extractor (:func:`sieve.defenses.text.phrase_candidates`): stopwords and
+      punctuation split the answer; maximal runs of other words, each word and the whole answer are
+      candidates (spaCy POS tags + lemmas in the source; no lemmatisation here).
+
+    Per-document decision: score = 1 − (fraction of the passage's keywords that are corroborated),
+    threshold 1.0, removed iff none of its answer's keywords is corroborated. Abstaining answers are
+    removed from the aggregation and the passage is removed (status ``scored``, evidence
+    ``abstained``). A failed LLM call keeps the passage with status ``error``. The final answer goes
+    to ``DefenseResult.info["answer"]``. Without an LLM: status ``unavailable`` for all documents
+    and a warning.
+    """
+
+    name = "robustrag"
+    paper = "RobustRAG"
+    needs = ("llm",)
+
+    def __init__(self, alpha: float = 0.3, beta: float = 3, max_docs: int = 10, final_answer: bool = True) -> None:
+        super().__init__(alpha=alpha, beta=beta, max_docs=max_docs, final_answer=final_answer)
+
+    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
+        return self._run(ranking, resources)[0]
+
+    def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = 5) -> DefenseResult:
+        t = time.perf_counter()
+        decisions, info, warnings = self._run(ranking, resources)
+        result = finalize_context(self.label, ranking, decisions, k_ctx, layers_run=["isolated_answers"], info=info)
+        result.warnings = warnings + result.warnings
+        result.latency_ms["total"] = (time.perf_counter() - t) * 1000
+        return result
+
+    def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
+        llm = resources.llm
+        if llm is None:
+            msg = "robustrag needs an LLM for isolated answers; none configured, nothing filtered"
+            return (keep_all(ranking, "unavailable", "no LLM configured", "robustrag"),
+                    {"answer": None, "status": "unavailable"}, [msg])
+        docs = ranking.documents
+        m = min(len(docs), int(self.max_docs))
+        answers: list[str | None] = []
+        errors: dict[int, str] = {}
+        for i in range(m):
+            prompt = ISOLATED_PROMPT.format(context=docs[i].text, question=ranking.query)
+            try:
+                answers.append(llm.generate(prompt, system=ISOLATED_SYSTEM, max_tokens=64).strip())
+            except LLMError as e:
+                answers.append(None)
+                errors[i] = str(e)
+        abstained = {i for i, a in enumerate(answers) if a is not None and is_robustrag_abstention(a)}
+        voters = [i for i, a in enumerate(answers) if a is not None and i not in abstained]
+        keywords = {i: {c for c in phrase_candidates(answers[i] or "") if is_keyword(c)} for i in voters}
+        counts: dict[str, int] = {}
+        for i in voters:
+            for c in keywords[i]:
+                counts[c] = counts.get(c, 0) + 1
+        need = min(float(self.beta), float(self.alpha) * len(voters))
+        corroborated = {c for c, k in counts.items() if k >= need} if voters else set()
+        hints = sorted(corroborated, key=lambda s: (len(s), s), reverse=True)
+
+        out: list[Decision] = []
+        for i, d in enumerate(docs):
+            if i >= m:
+                out.append(Decision(d.id, False, "not_examined", reason=f"outside the examined top {m}",
+                                    layer="robustrag"))
+            elif i in errors:
+                out.append(Decision(d.id, False, "error", reason=f"isolated answer failed: {errors[i]}; kept",
+                                    evidence={"answer": None}, layer="robustrag"))
+            elif i in abstained:
+                out.append(Decision(d.id, True, "scored", 1.0, 1.0, {"answer": answers[i], "abstained": True},
+                                    "the isolated answer abstains (\"I don't …\"); removed from the aggregation",
+                                    "robustrag"))
+            else:
+                kw = keywords[i]
+                hit = sorted(kw & corroborated)
+                frac = len(hit) / len(kw) if kw else 0.0
+                removed = not hit
+                ev = {"answer": answers[i], "abstained": False, "keywords": sorted(kw), "corroborated": hit,
+                      "keyword_counts": {c: counts[c] for c in sorted(kw)}, "min_count": need}
+                reason = (f"isolated answer {answers[i]!r} shares no keyword with ≥ {need:g} answers; removed"
+                          if removed else f"{len(hit)} of {len(kw)} keywords corroborated by ≥ {need:g} answers; kept")
+                out.append(Decision(d.id, removed, "scored", 1.0 - frac, 1.0, ev, reason, "robustrag"))
+
+        info: dict[str, Any] = {"status": "ran", "answers": answers, "abstained": len(abstained),
+                                "min_count": need, "keywords": hints, "llm_calls": m}
+        if not voters:
+            info["answer"] = "I don't know."
+        elif self.final_answer and hints:
+            try:
+                info["answer"] = llm.generate(FINAL_PROMPT.format(hints=", ".join(hints), question=ranking.query),
+                                              max_tokens=32).strip()
+                info["llm_calls"] = m + 1
+            except LLMError as e:
+                info["answer"] = None
+                info["final_answer_error"] = str(e)
+        else:
+            info["answer"] = None if self.final_answer is False else "I don't know."
+        return out, info, []
+

@@ -1,0 +1,478 @@
+"""RSQ — RAGSieve's query-local detector (ALGORITHMS.md §3; RS:detector.py, anchor.py, carrier.py,
+integrity.py, statistics.py, models.py).
+
+The top-5 of a ranking (candidates) are contrasted with ranks 6–20 (the reference tail, m = 15):
+
+* **E_a** answer-anchor concentration (§3.2): content tokens shared by several candidates but rare
+  in the tail; hypergeometric tails, Simes, normalised by log10 C(20,5).
+* **E_i** writing-system integrity (§3.3): mixed-script fraction vs. the tail, finite mid-rank p,
+  normalised by log10 32 (non-zero floor 0.2 when tied with the whole tail).
+* **E_p** local surprisal transitions (§3.4): burst / change point of per-token NLL traces over
+  windows {8, 16}, as a ratio to the gate τ_w = 5·ln2·sqrt(16/w); E_p = max(0, R − 1).
+* **E_s** query-alignment transition (§3.5): jump of BERTScore-F1 between consecutive 32-token
+  windows (stride 16, right-aligned final window), mid-rank p vs. the tail, E_s ∈ {0, 0.1569}.
+
+S = E_a + E_i + E_p + E_s; a candidate is flagged iff S ≥ η_Q = 1.0 (inclusive, §3.6).
+
+Model substitutions (DESIGN.md "Models": only packaged weights, no hub access):
+
+* Causal LM ``Qwen/Qwen3-0.6B-Base`` → the packaged SmolLM2-135M (``config.models.causal_lm``):
+  the only packaged causal LM besides the 0.5B generator, and fast enough to trace every corpus
+  document once at index time. E_p is a ratio to a fixed gate, so its scale moves with the LM.
+* ``bert-base-uncased`` hidden layer 9 → packaged all-mpnet-base-v2 hidden layer 9 of 12
+  (``config.models.token_encoder`` / ``token_encoder_layer``): no BERT is packaged, and layer 9
+  of 12 keeps the same relative depth. E_s only uses ranks of jumps against the tail, so it is
+  insensitive to the encoder's similarity scale.
+
+Per-document work (NLL traces, token states) goes through the :class:`~sieve.resources.Resources`
+caches; at query time only the query token states and arithmetic remain.
+
+Fewer than 20 documents: RSQ cannot run (the reference errors); every decision is
+``unavailable`` with the remedy in the reason and a warning is added — never a silent pass.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from sieve.defenses.base import Defense, finalize_context
+from sieve.defenses.scripts import ascii_tokens, mixed_script_fraction
+from sieve.defenses.stats import EPS, hypergeom_upper_tail, midrank_upper_tail, simes
+from sieve.registry import DEFENSES
+from sieve.types import Decision, DefenseResult, Ranking, content_hash
+
+if TYPE_CHECKING:
+    from sieve.resources import Resources
+
+CONTEXT_SIZE = 20          # n (§3.1)
+CANDIDATE_COUNT = 5        # k (§3.1)
+SURPRISAL_WINDOWS = (8, 16)
+REFERENCE_WINDOW = 16
+REFERENCE_BITS = 5.0
+SEMANTIC_ALPHA = 0.05
+DECISION_THRESHOLD = 1.0
+ALIGN_WINDOW = 32
+ALIGN_STRIDE = 16
+LM_MAX_TOKENS = 512
+QUERY_MAX_TOKENS = 64
+DOC_MAX_TOKENS = 256
+
+UNAVAILABLE_REASON = "RSQ needs at least 20 retrieved documents; retrieve deeper (depth ≥ 20)"
+
+
+def surprisal_gate(w: int) -> float:
+    """τ_w = 5·ln2·sqrt(16/w) nats (§3.4): τ_16 = 3.4657, τ_8 = 4.9013."""
+    return REFERENCE_BITS * math.log(2.0) * math.sqrt(REFERENCE_WINDOW / w)
+
+
+# ---------------------------------------------------------------------------------------------
+# E_a: answer-anchor concentration (§3.2)
+# ---------------------------------------------------------------------------------------------
+def content_token_set(text: str, query_tokens: set[str]) -> set[str]:
+    """Content tokens (§3.2 step 3): not in the query, and length ≥ 3 or all digits."""
+    return {t for t in ascii_tokens(text) if t not in query_tokens and (len(t) >= 3 or t.isdigit())}
+
+
+@dataclass
+class AnchorResult:
+    p: float                     # p_a (Simes of tested-token tails, 1.0 if none)
+    evidence: float              # −log10 max(ε, p_a)
+    score: float                 # E_a
+    tested: list[dict[str, Any]] = field(default_factory=list)   # {token, x, K, p}
+    anchors: list[str] = field(default_factory=list)             # tokens attaining the minimum p_t
+
+
+def anchor_scores(texts: Sequence[str], query: str, k: int = CANDIDATE_COUNT) -> list[AnchorResult]:
+    """E_a for the first ``k`` of ``texts`` (all of them form the population of size n, §3.2)."""
+    n = len(texts)
+    q = set(ascii_tokens(query))
+    sets = [content_token_set(t, q) for t in texts]
+    doc_freq: dict[str, int] = {}
+    for s in sets:
+        for t in s:
+            doc_freq[t] = doc_freq.get(t, 0) + 1
+    cand_freq: dict[str, int] = {}
+    for s in sets[:k]:
+        for t in s:
+            cand_freq[t] = cand_freq.get(t, 0) + 1
+    tail_p: dict[str, float] = {}
+    for t, x in cand_freq.items():
+        if x >= 2:
+            tail_p[t] = hypergeom_upper_tail(x, n, doc_freq[t], k)
+    norm = math.log10(math.comb(n, k))
+    out: list[AnchorResult] = []
+    for s in sets[:k]:
+        tested = sorted((t for t in s if t in tail_p), key=lambda t: (tail_p[t], t))
+        if tested:
+            p_a = simes([tail_p[t] for t in tested])
+            pmin = tail_p[tested[0]]
+            anchors = [t for t in tested if tail_p[t] == pmin]
+        else:
+            p_a, anchors = 1.0, []
+        ev = -math.log10(max(EPS, p_a))
+        out.append(AnchorResult(
+            p=p_a, evidence=ev, score=ev / norm,
+            tested=[{"token": t, "x": cand_freq[t], "K": doc_freq[t], "p": tail_p[t]} for t in tested],
+            anchors=anchors,
+        ))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# E_i: writing-system integrity (§3.3)
+# ---------------------------------------------------------------------------------------------
+def integrity_scores(texts: Sequence[str], k: int = CANDIDATE_COUNT) -> list[dict[str, float]]:
+    """p_i and E_i = −log10 max(ε, p_i) / log10(2(n − k + 1)) for the first ``k`` texts."""
+    n = len(texts)
+    fr = [mixed_script_fraction(t) for t in texts]
+    tail = fr[k:]
+    norm = math.log10(2 * (n - k + 1))
+    rows = []
+    for f in fr[:k]:
+        p = midrank_upper_tail(f, tail)
+        ev = -math.log10(max(EPS, p))
+        rows.append({"fraction": f, "p": p, "evidence": ev, "score": ev / norm})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# E_p: local surprisal transitions (§3.4)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class WindowProfile:
+    w: int
+    tau: float
+    burst: float          # B_w
+    change: float         # C_w
+    burst_start: int | None      # start index (in the trace) of the max rolling window
+    change_at: int | None        # boundary index i of the largest change point
+
+
+def surprisal_profile(trace: np.ndarray, w: int) -> WindowProfile:
+    """B_w (max − lower median of stride-1 rolling means) and C_w (largest |mean before − mean after|
+    at boundaries w, w + ⌊w/2⌋, … ≤ L − w, only if L ≥ 2w) for one window size (§3.4)."""
+    x = np.asarray(trace, dtype=np.float64)
+    L = x.size
+    tau = surprisal_gate(w)
+    if L == 0:
+        return WindowProfile(w, tau, 0.0, 0.0, None, None)
+    if L >= w:
+        c = np.concatenate(([0.0], np.cumsum(x)))
+        means = (c[w:] - c[:-w]) / w
+    else:
+        means = np.array([x.mean()])
+    if means.size > 1:
+        srt = np.sort(means)
+        lower_median = srt[(means.size - 1) // 2]     # torch.median semantics
+        top = int(np.argmax(means))
+        burst = float(means[top] - lower_median)
+        burst_start: int | None = top
+    else:
+        burst, burst_start = 0.0, None
+    change, change_at = 0.0, None
+    if L >= 2 * w:
+        s = max(1, w // 2)
+        bounds = np.arange(w, L - w + 1, s)
+        c = np.concatenate(([0.0], np.cumsum(x)))
+        before = (c[bounds] - c[bounds - w]) / w
+        after = (c[bounds + w] - c[bounds]) / w
+        diffs = np.abs(before - after)
+        j = int(np.argmax(diffs))
+        change, change_at = float(diffs[j]), int(bounds[j])
+    return WindowProfile(w, tau, burst, change, burst_start, change_at)
+
+
+def surprisal_score(trace: np.ndarray, windows: Sequence[int] = SURPRISAL_WINDOWS) -> tuple[float, float, list[WindowProfile]]:
+    """(E_p, R, profiles): R = max_w max(B_w, C_w)/τ_w starting at 0; E_p = max(0, R − 1) (§3.4)."""
+    profiles = [surprisal_profile(trace, w) for w in windows]
+    r = 0.0
+    for p in profiles:
+        r = max(r, p.burst / p.tau, p.change / p.tau)
+    return max(0.0, r - 1.0), r, profiles
+
+
+# ---------------------------------------------------------------------------------------------
+# E_s: query-alignment transition (§3.5)
+# ---------------------------------------------------------------------------------------------
+def window_starts(length: int, width: int = ALIGN_WINDOW, stride: int = ALIGN_STRIDE) -> list[int]:
+    """Window starts over document tokens: one window if L ≤ width; else 0, stride, … ≤ L − width,
+    plus a right-aligned final window at L − width if not already present (§3.5)."""
+    if length <= width:
+        return [0]
+    starts = list(range(0, length - width + 1, stride))
+    if starts[-1] != length - width:
+        starts.append(length - width)
+    return starts
+
+
+def window_f1(query_states: np.ndarray, doc_states: np.ndarray,
+              width: int = ALIGN_WINDOW, stride: int = ALIGN_STRIDE) -> np.ndarray:
+    """BERTScore F1 (no idf, no rescaling) of the query against each document window (§3.5).
+
+    Precision = mean over window tokens of the max similarity to any query token; recall = mean
+    over query tokens of the max similarity to any window token; F1 = 2PR / max(P + R, 1e-8).
+    Returns an empty array if the query or the document is empty.
+    """
+    q = np.asarray(query_states, dtype=np.float32)
+    d = np.asarray(doc_states, dtype=np.float32)
+    if q.shape[0] == 0 or d.shape[0] == 0:
+        return np.zeros(0, np.float32)
+    sim = q @ d.T                                        # [Lq, Ld]
+    L = d.shape[0]
+    starts = np.asarray(window_starts(L, width, stride))
+    if L <= width:
+        prec = sim.max(axis=0).mean(keepdims=True)
+        rec = sim.max(axis=1).mean(keepdims=True)
+    else:
+        col_best = sim.max(axis=0).astype(np.float64)    # each doc token's best query match
+        c = np.concatenate(([0.0], np.cumsum(col_best)))
+        prec = (c[starts + width] - c[starts]) / width
+        win = np.lib.stride_tricks.sliding_window_view(sim, width, axis=1)[:, starts, :]  # [Lq, W, width]
+        rec = win.max(axis=2).mean(axis=0)
+    prec = np.asarray(prec, np.float64)
+    rec = np.asarray(rec, np.float64)
+    return (2 * prec * rec / np.maximum(prec + rec, 1e-8)).astype(np.float32)
+
+
+def alignment_jump(f1: np.ndarray) -> tuple[float, int | None]:
+    """J = max |F1_{j+1} − F1_j| and the index j+1 of the window after the largest jump (§3.5)."""
+    if f1.size < 2:
+        return 0.0, None
+    diffs = np.abs(np.diff(f1.astype(np.float64)))
+    j = int(np.argmax(diffs))
+    return float(diffs[j]), j + 1
+
+
+def semantic_score(p: float, alpha: float = SEMANTIC_ALPHA) -> float:
+    """E_s = max(0, ln(α / max(ε, min(1, p))) / ln(1/α)) (§3.5)."""
+    return max(0.0, math.log(alpha / max(EPS, min(1.0, p))) / math.log(1.0 / alpha))
+
+
+# ---------------------------------------------------------------------------------------------
+# Combination (§3.6)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class CandidateScore:
+    """One RSQ output row (§3.6) with the traces the dashboard plots. JSON-serialisable via asdict."""
+
+    doc_id: str
+    rank: int
+    E_a: float
+    E_i: float
+    E_p: float
+    E_s: float
+    S: float
+    flagged: bool
+    p_a: float
+    p_i: float
+    J: float
+    p_s: float
+    anchor: dict[str, Any]
+    integrity: dict[str, float]
+    surprisal: dict[str, Any]
+    alignment: dict[str, Any]
+
+    @property
+    def base_score(self) -> float:
+        return self.E_a + self.E_i
+
+    def evidence(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["base_score"] = self.base_score
+        return d
+
+
+_TOKEN_STRINGS: "OrderedDict[tuple[str, str, int], list[str] | None]" = OrderedDict()
+
+
+def _token_strings(resources: "Resources", text: str, max_tokens: int) -> list[str] | None:
+    """Token strings of the LM trace (positions 2..L) for display, when the LM exposes a tokenizer
+    (no forward pass; memoised per model and text). ``None`` otherwise; NLL values are always present."""
+    lm = resources.lm
+    tok = getattr(lm, "tokenizer", None)
+    if tok is None:
+        return None
+    key = (str(getattr(lm, "model_id", "")), content_hash(text), max_tokens)
+    if key in _TOKEN_STRINGS:
+        _TOKEN_STRINGS.move_to_end(key)
+        return _TOKEN_STRINGS[key]
+    try:
+        ids = tok(text, add_special_tokens=False)["input_ids"][:max_tokens]
+        out: list[str] | None = [tok.decode([t]) for t in ids[1:]]
+    except Exception:  # noqa: BLE001 - token strings are a display aid only
+        out = None
+    _TOKEN_STRINGS[key] = out
+    if len(_TOKEN_STRINGS) > 4096:
+        _TOKEN_STRINGS.popitem(last=False)
+    return out
+
+
+def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float = DECISION_THRESHOLD,
+                     trace_tokens: bool = True) -> tuple[list[CandidateScore], dict[str, float]]:
+    """Score ranks 1–5 of ``ranking`` against ranks 6–20 (§3.2–3.6). Requires ≥ 20 documents.
+
+    Returns the five candidate rows and a per-stage latency breakdown (ms).
+    """
+    docs = ranking.documents[:CONTEXT_SIZE]
+    if len(docs) < CONTEXT_SIZE:
+        raise ValueError(UNAVAILABLE_REASON)
+    k = CANDIDATE_COUNT
+    texts = [d.text for d in docs]
+    lat: dict[str, float] = {}
+    t0 = time.perf_counter()
+    anchors = anchor_scores(texts, ranking.query, k)
+    integ = integrity_scores(texts, k)
+    t1 = time.perf_counter()
+    lat["lexical"] = (t1 - t0) * 1000
+    traces = [np.asarray(resources.lm_trace(t, LM_MAX_TOKENS), dtype=np.float64) for t in texts[:k]]
+    surpr = [surprisal_score(tr) for tr in traces]
+    t2 = time.perf_counter()
+    lat["surprisal"] = (t2 - t1) * 1000
+    qstates = np.asarray(resources.token_encoder.token_states(ranking.query, QUERY_MAX_TOKENS), np.float32)
+    t3 = time.perf_counter()
+    lat["query_states"] = (t3 - t2) * 1000
+    doc_lengths = []
+    f1s = []
+    for t in texts:
+        states = resources.token_states(t, DOC_MAX_TOKENS)
+        doc_lengths.append(int(states.shape[0]))
+        f1s.append(window_f1(qstates, states))
+    jumps = [alignment_jump(f) for f in f1s]
+    tail_j = [j for j, _ in jumps[k:]]
+    lat["alignment"] = (time.perf_counter() - t3) * 1000
+    rows: list[CandidateScore] = []
+    for i in range(k):
+        a, g = anchors[i], integ[i]
+        e_p, ratio, profiles = surpr[i]
+        J, jump_at = jumps[i]
+        p_s = midrank_upper_tail(J, tail_j)
+        e_s = semantic_score(p_s)
+        S = a.score + g["score"] + e_p + e_s
+        tokens = _token_strings(resources, texts[i], LM_MAX_TOKENS) if trace_tokens else None
+        if tokens is not None and len(tokens) != traces[i].size:
+            tokens = None
+        rows.append(CandidateScore(
+            doc_id=docs[i].id, rank=docs[i].rank,
+            E_a=a.score, E_i=g["score"], E_p=e_p, E_s=e_s, S=S, flagged=S >= eta_q,
+            p_a=a.p, p_i=g["p"], J=J, p_s=p_s,
+            anchor={"evidence": a.evidence, "tested": a.tested, "anchors": a.anchors},
+            integrity=dict(g),
+            surprisal={
+                "nll": [float(v) for v in traces[i]],
+                "tokens": tokens,
+                "ratio": ratio,
+                "windows": [asdict(p) for p in profiles],
+            },
+            alignment={
+                "f1": [float(v) for v in f1s[i]],
+                "jump_index": jump_at,
+                "window_starts": window_starts(doc_lengths[i]) if doc_lengths[i] else [],
+                "tail_jumps": [float(j) for j in tail_j],
+            },
+        ))
+    return rows, lat
+
+
+@DEFENSES.register(
+    "rsq",
+    summary="RAGSieve RSQ: top-5 vs. ranks 6–20 contrast (anchor, script, surprisal, alignment).",
+    paper="RAGSieve §3 (RSQ)",
+    needs=("lm", "token_encoder"),
+)
+class RSQ(Defense):
+    """RAGSieve query-local detector (ALGORITHMS.md §3); refill per §5.
+
+    Parameters: ``eta_q`` (decision threshold, 1.0), ``refill`` = ``"paper"`` (default: refill
+    from ranks 6+ without rescoring, RS:filtering.py) or ``"rescore"`` (re-run RSQ on the ranking
+    with flagged documents removed, up to ``max_rounds`` rounds, until no new flag),
+    ``trace_tokens`` (include LM token strings in the evidence).
+    """
+
+    name = "rsq"
+    paper = "RAGSieve (RS:detector.py)"
+    needs = ("lm", "token_encoder")
+    threshold_param = "eta_q"
+
+    def __init__(self, eta_q: float = DECISION_THRESHOLD, refill: str = "paper", max_rounds: int = 3,
+                 trace_tokens: bool = True, **params: Any) -> None:
+        if refill not in ("paper", "rescore"):
+            raise ValueError(f"rsq: refill must be 'paper' or 'rescore', got {refill!r}")
+        if int(max_rounds) < 1:
+            raise ValueError("rsq: max_rounds must be >= 1")
+        super().__init__(eta_q=eta_q, refill=refill, max_rounds=max_rounds, trace_tokens=trace_tokens, **params)
+
+    # -- one pass ------------------------------------------------------------------------------
+    def score_ranking(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
+        """Decisions for one ranking as computed on *that* ranking: ranks 1–5 ``scored``, ranks
+        6+ ``not_examined``; fewer than 20 documents → all ``unavailable``."""
+        if len(ranking.documents) < CONTEXT_SIZE:
+            return [Decision(d.id, False, "unavailable", threshold=float(self.eta_q),
+                             reason=UNAVAILABLE_REASON, layer="RSQ") for d in ranking.documents]
+        rows, lat = score_candidates(ranking, resources, eta_q=float(self.eta_q),
+                                     trace_tokens=bool(self.trace_tokens))
+        self.last_latency_ms_ = lat
+        out: list[Decision] = []
+        for r in rows:
+            reason = (f"S={r.S:.3f} ≥ η_Q={self.eta_q:g}" if r.flagged else f"S={r.S:.3f} < η_Q={self.eta_q:g}")
+            out.append(Decision(r.doc_id, r.flagged, "scored", score=r.S, threshold=float(self.eta_q),
+                                evidence=r.evidence(), reason=reason, layer="RSQ"))
+        for d in ranking.documents[CANDIDATE_COUNT:]:
+            out.append(Decision(d.id, False, "not_examined",
+                                reason="RSQ scores ranks 1–5 only (ranks 6–20 are the reference tail)",
+                                layer="RSQ"))
+        return out
+
+    def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
+        warnings: list[str] = []
+        if len(ranking.documents) < CONTEXT_SIZE:
+            warnings.append(f"rsq: unavailable for query {ranking.query_id or ranking.query!r}: "
+                            f"{len(ranking.documents)} documents; {UNAVAILABLE_REASON}")
+        decisions = self.score_ranking(ranking, resources)
+        info: dict[str, Any] = {"refill": self.refill}
+        if self.refill != "rescore" or len(ranking.documents) < CONTEXT_SIZE:
+            info["rounds"] = [{"round": 1, "flagged": [d.doc_id for d in decisions if d.removed]}]
+            return decisions, info, warnings
+        # Rescoring refill: each round is RSQ on the ranking with all earlier flags removed
+        # (ranks renumbered); a document's decision is the one from the last ranking it was in.
+        by_id = {d.doc_id: d for d in decisions}
+        for d in by_id.values():
+            d.evidence["round"] = 1
+        removed = {d.doc_id for d in decisions if d.removed}
+        rounds = [{"round": 1, "flagged": sorted(removed)}]
+        current_removed = set(removed)
+        for rnd in range(2, int(self.max_rounds) + 1):
+            if not rounds[-1]["flagged"]:
+                break
+            sub = ranking.without(current_removed)
+            if len(sub.documents) < CONTEXT_SIZE:
+                warnings.append(f"rsq: rescore round {rnd} skipped: only {len(sub.documents)} survivors; "
+                                f"{UNAVAILABLE_REASON}")
+                break
+            new = self.score_ranking(sub, resources)
+            flagged = sorted(d.doc_id for d in new if d.removed)
+            for d in new:
+                d.evidence["round"] = rnd
+                by_id[d.doc_id] = d
+            rounds.append({"round": rnd, "flagged": flagged})
+            current_removed |= set(flagged)
+        info["rounds"] = rounds
+        return [by_id[d.id] for d in ranking.documents], info, warnings
+
+    # -- protocol ------------------------------------------------------------------------------
+    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
+        return self._run(ranking, resources)[0]
+
+    def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int = 5) -> DefenseResult:
+        t0 = time.perf_counter()
+        decisions, info, warnings = self._run(ranking, resources)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        result = finalize_context(self.label, ranking, decisions, k_ctx, layers_run=[self.label],
+                                  latency_ms={"total": elapsed, **getattr(self, "last_latency_ms_", {})},
+                                  info=info)
+        result.warnings = warnings + result.warnings
+        return result

@@ -1,0 +1,361 @@
+"""Quarantine ledger: corpus-time flags (RSG, or any detector) awaiting analyst review.
+
+DESIGN.md "Product decisions": quarantine is never deletion. Each flag is one row with the
+document id and content hash, the corpus id/hash and index version it was computed on, the
+detector, score, threshold, evidence (JSON) and reason. An analyst moves it through
+
+    open ──confirm──▶ confirmed ──rollback──▶ rolled_back ──reopen──▶ open
+      └───dismiss──▶ dismissed ──reopen──▶ open
+
+and every transition is kept in a history table (who / when / why). Retrieval can exclude
+flagged documents by policy (:meth:`Ledger.excluded_ids`); a rolled-back or dismissed flag no
+longer excludes its document. The user's corpus files are never touched.
+
+Storage: embedded SQLite in WAL mode with a busy timeout; writes use ``BEGIN IMMEDIATE`` so
+several processes can add and transition alerts concurrently. Adding the same flag twice
+(same content hash, detector, corpus hash and index version) is a no-op.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+STATES = ("open", "confirmed", "dismissed", "rolled_back")
+
+#: Allowed analyst transitions: state → {new state}.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "open": frozenset({"confirmed", "dismissed"}),
+    "confirmed": frozenset({"rolled_back"}),
+    "dismissed": frozenset({"open"}),
+    "rolled_back": frozenset({"open"}),
+}
+
+#: Retrieval-exclusion policies: which alert states keep a document out of retrieval.
+EXCLUSION_POLICIES: dict[str, tuple[str, ...]] = {
+    "open_and_confirmed": ("open", "confirmed"),
+    "confirmed_only": ("confirmed",),
+    "none": (),
+}
+
+SORTS = {
+    "score": "score ASC", "-score": "score DESC",
+    "created": "created_at ASC, alert_id", "-created": "created_at DESC, alert_id",
+    "doc": "doc_id ASC",
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    alert_id      TEXT PRIMARY KEY,
+    doc_id        TEXT NOT NULL,
+    content_hash  TEXT NOT NULL,
+    corpus_id     TEXT NOT NULL DEFAULT '',
+    corpus_hash   TEXT NOT NULL DEFAULT '',
+    index_version TEXT NOT NULL DEFAULT '',
+    detector      TEXT NOT NULL,
+    score         REAL,
+    threshold     REAL,
+    evidence      TEXT NOT NULL DEFAULT '{}',
+    reason        TEXT NOT NULL DEFAULT '',
+    created_at    REAL NOT NULL,
+    state         TEXT NOT NULL DEFAULT 'open',
+    updated_at    REAL NOT NULL,
+    UNIQUE (content_hash, detector, corpus_hash, index_version)
+);
+CREATE INDEX IF NOT EXISTS alerts_state ON alerts(state);
+CREATE INDEX IF NOT EXISTS alerts_doc ON alerts(doc_id);
+CREATE TABLE IF NOT EXISTS history (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    alert_id   TEXT NOT NULL REFERENCES alerts(alert_id),
+    from_state TEXT,
+    to_state   TEXT NOT NULL,
+    who        TEXT NOT NULL,
+    why        TEXT NOT NULL DEFAULT '',
+    at         REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_alert ON history(alert_id);
+"""
+
+
+class LedgerError(ValueError):
+    """Invalid ledger operation (unknown alert, forbidden transition, bad filter)."""
+
+
+@dataclass
+class Flag:
+    """One flag to record (a detector decided to quarantine ``doc_id``)."""
+
+    doc_id: str
+    content_hash: str
+    score: float | None
+    threshold: float | None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass
+class Alert:
+    alert_id: str
+    doc_id: str
+    content_hash: str
+    corpus_id: str
+    corpus_hash: str
+    index_version: str
+    detector: str
+    score: float | None
+    threshold: float | None
+    evidence: dict[str, Any]
+    reason: str
+    created_at: float
+    state: str
+    updated_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class HistoryEntry:
+    alert_id: str
+    from_state: str | None
+    to_state: str
+    who: str
+    why: str
+    at: float
+
+
+def alert_id_for(content_hash: str, detector: str, corpus_hash: str, index_version: str) -> str:
+    """Deterministic alert id: the same flag on the same corpus version always gets the same id."""
+    key = "\x1f".join((content_hash, detector, corpus_hash, index_version))
+    return "A-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+
+
+def default_ledger_path(config: Any = None) -> Path:
+    """``<config.cache_dir>/ledger.sqlite`` (default cache dir when no config is given)."""
+    from sieve.config import default_cache_dir
+
+    base = Path(getattr(config, "cache_dir", None) or default_cache_dir())
+    return base / "ledger.sqlite"
+
+
+def _json_default(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+class Ledger:
+    """The quarantine ledger at ``path`` (created on first use)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, timeout_s: float = 60.0) -> None:
+        self.path = Path(path) if path is not None else default_ledger_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._timeout = timeout_s
+        self._conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None,
+                                     check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        with self._write() as c:   # executescript would commit on its own; run statements in one transaction
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    c.execute(stmt)
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _retry(self, fn: Any) -> Any:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction (takes the write lock up front; waits up to the busy timeout)."""
+        self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._retry(lambda: self._conn.execute("COMMIT"))
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------------
+    def add_flags(self, flags: Iterable[Flag], *, detector: str, corpus_id: str = "", corpus_hash: str = "",
+                  index_version: str = "", who: str = "sieve") -> list[str]:
+        """Record flags as ``open`` alerts; returns their alert ids (existing ids for repeats).
+
+        Idempotent per (content hash, detector, corpus hash, index version)."""
+        now = time.time()
+        ids: list[str] = []
+        with self._write() as c:
+            for f in flags:
+                aid = alert_id_for(f.content_hash, detector, corpus_hash, index_version)
+                cur = c.execute(
+                    "INSERT OR IGNORE INTO alerts (alert_id, doc_id, content_hash, corpus_id, corpus_hash, "
+                    "index_version, detector, score, threshold, evidence, reason, created_at, state, updated_at) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'open',?)",
+                    (aid, f.doc_id, f.content_hash, corpus_id, corpus_hash, index_version, detector,
+                     None if f.score is None else float(f.score),
+                     None if f.threshold is None else float(f.threshold),
+                     json.dumps(f.evidence, default=_json_default), f.reason, now, now),
+                )
+                if cur.rowcount:
+                    c.execute("INSERT INTO history (alert_id, from_state, to_state, who, why, at) VALUES (?,?,?,?,?,?)",
+                              (aid, None, "open", who, f.reason or f"flagged by {detector}", now))
+                ids.append(aid)
+        return ids
+
+    def transition(self, alert_id: str, new_state: str, who: str, why: str = "") -> Alert:
+        """Move an alert to ``new_state`` if allowed (see :data:`TRANSITIONS`); record who/when/why."""
+        if new_state not in STATES:
+            raise LedgerError(f"unknown state {new_state!r}; states: {', '.join(STATES)}")
+        if not who or not str(who).strip():
+            raise LedgerError("transition needs a non-empty 'who'")
+        now = time.time()
+        with self._write() as c:
+            row = c.execute("SELECT state FROM alerts WHERE alert_id = ?", (alert_id,)).fetchone()
+            if row is None:
+                raise LedgerError(f"no alert with id {alert_id!r}")
+            cur = row["state"]
+            if new_state not in TRANSITIONS[cur]:
+                allowed = ", ".join(sorted(TRANSITIONS[cur])) or "none"
+                raise LedgerError(f"alert {alert_id}: cannot go from {cur!r} to {new_state!r} (allowed: {allowed})")
+            c.execute("UPDATE alerts SET state = ?, updated_at = ? WHERE alert_id = ?", (new_state, now, alert_id))
+            c.execute("INSERT INTO history (alert_id, from_state, to_state, who, why, at) VALUES (?,?,?,?,?,?)",
+                      (alert_id, cur, new_state, str(who), why, now))
+        return self.get(alert_id)
+
+    def confirm(self, alert_id: str, who: str, why: str = "") -> Alert:
+        return self.transition(alert_id, "confirmed", who, why)
+
+    def dismiss(self, alert_id: str, who: str, why: str = "") -> Alert:
+        return self.transition(alert_id, "dismissed", who, why)
+
+    def rollback(self, alert_id: str, who: str, why: str = "") -> Alert:
+        """Undo a confirmed quarantine: the document is restored to retrieval."""
+        return self.transition(alert_id, "rolled_back", who, why)
+
+    def reopen(self, alert_id: str, who: str, why: str = "") -> Alert:
+        return self.transition(alert_id, "open", who, why)
+
+    # -- reading ------------------------------------------------------------------------------
+    @staticmethod
+    def _alert(row: sqlite3.Row) -> Alert:
+        d = dict(row)
+        d["evidence"] = json.loads(d["evidence"] or "{}")
+        return Alert(**d)
+
+    def get(self, alert_id: str) -> Alert:
+        row = self._conn.execute("SELECT * FROM alerts WHERE alert_id = ?", (alert_id,)).fetchone()
+        if row is None:
+            raise LedgerError(f"no alert with id {alert_id!r}")
+        return self._alert(row)
+
+    def alerts(self, *, detector: str | None = None, state: str | None = None, min_score: float | None = None,
+               doc_id: str | None = None, corpus_hash: str | None = None, sort: str = "-score",
+               limit: int | None = None) -> list[Alert]:
+        """Alerts matching the filters, sorted by ``sort`` (one of :data:`SORTS`)."""
+        if sort not in SORTS:
+            raise LedgerError(f"unknown sort {sort!r}; choose from {', '.join(SORTS)}")
+        if state is not None and state not in STATES:
+            raise LedgerError(f"unknown state {state!r}; states: {', '.join(STATES)}")
+        where, args = [], []
+        for col, val in (("detector", detector), ("state", state), ("doc_id", doc_id), ("corpus_hash", corpus_hash)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        if min_score is not None:
+            where.append("score >= ?")
+            args.append(float(min_score))
+        sql = "SELECT * FROM alerts" + (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY {SORTS[sort]}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._alert(r) for r in self._conn.execute(sql, args)]
+
+    def history(self, alert_id: str) -> list[HistoryEntry]:
+        rows = self._conn.execute("SELECT alert_id, from_state, to_state, who, why, at FROM history "
+                                  "WHERE alert_id = ? ORDER BY id", (alert_id,)).fetchall()
+        if not rows:
+            self.get(alert_id)  # raises for an unknown id
+        return [HistoryEntry(**dict(r)) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATES}
+        for r in self._conn.execute("SELECT state, COUNT(*) AS n FROM alerts GROUP BY state"):
+            out[r["state"]] = r["n"]
+        return out
+
+    def excluded_ids(self, policy: str = "open_and_confirmed", *, corpus_hash: str | None = None) -> set[str]:
+        """Document ids to keep out of retrieval under ``policy`` (see :data:`EXCLUSION_POLICIES`)."""
+        if policy not in EXCLUSION_POLICIES:
+            raise LedgerError(f"unknown exclusion policy {policy!r}; choose from {', '.join(EXCLUSION_POLICIES)}")
+        states = EXCLUSION_POLICIES[policy]
+        if not states:
+            return set()
+        sql = f"SELECT DISTINCT doc_id FROM alerts WHERE state IN ({','.join('?' * len(states))})"
+        args: list[Any] = list(states)
+        if corpus_hash is not None:
+            sql += " AND corpus_hash = ?"
+            args.append(corpus_hash)
+        return {r["doc_id"] for r in self._conn.execute(sql, args)}
+
+    def export_csv(self, path: str | os.PathLike[str], **filters: Any) -> int:
+        """Write the alerts (filters as in :meth:`alerts`) to CSV; evidence as JSON. Returns the row count."""
+        rows = self.alerts(**filters)
+        cols = ["alert_id", "doc_id", "content_hash", "corpus_id", "corpus_hash", "index_version", "detector",
+                "score", "threshold", "state", "reason", "created_at", "updated_at", "evidence"]
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(cols)
+            for a in rows:
+                d = a.to_dict()
+                d["evidence"] = json.dumps(d["evidence"], default=_json_default)
+                w.writerow([d[c] for c in cols])
+        return len(rows)
+
+    def integrity_check(self) -> str:
+        return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    list = alerts  # ``ledger.list(state="open")`` (defined last: it shadows the builtin in the class body)
+
+
+def flags_from_decisions(decisions: Iterable[Any], hashes: Mapping[str, str]) -> list[Flag]:
+    """Flags for the removed :class:`~sieve.types.Decision` objects; ``hashes`` maps doc id → content hash."""
+    out = []
+    for d in decisions:
+        if d.removed:
+            out.append(Flag(d.doc_id, hashes[d.doc_id], d.score, d.threshold, dict(d.evidence), d.reason))
+    return out

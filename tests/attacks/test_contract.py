@@ -1,0 +1,111 @@
+"""One contract test over every registered attack (garak discipline): schema, determinism,
+unique ids, poison flags, metadata, injection volume, JSON round trip through sieve.corpus."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sieve.attacks import AttackError, generate_attack, write_attacks
+from sieve.registry import ATTACKS
+
+ALL = ATTACKS.names()
+CONTRACT_NAMES = ["pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top"]
+
+
+def _params(name: str) -> dict:
+    if name == "pr_w":
+        return {"iterations": 3, "candidates": 8}
+    if name == "paraphrase":
+        return {"cache_path": ""}
+    return {}
+
+
+@pytest.fixture
+def resources_for(tiny_resources, whitebox_resources):
+    return lambda name: whitebox_resources if name == "pr_w" else tiny_resources
+
+
+def test_registry_names_are_the_contract():
+    assert set(CONTRACT_NAMES) <= set(ALL)
+    for e in ATTACKS.entries():
+        assert e.summary and e.paper, e.name
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_output_schema_and_determinism(name, targets, resources_for):
+    res = resources_for(name)
+    out = generate_attack(name, targets, res, seed=3, volume=5, **_params(name))
+    again = generate_attack(name, targets, res, seed=3, volume=5, **_params(name))
+    assert out.attack == name and not out.skipped
+    assert [r.query_id for r in out.records] == ["q1", "q2"]
+    ids = [d.id for d in out.documents]
+    assert len(ids) == len(set(ids)) == 10
+    for rec, tgt in zip(out.records, targets):
+        assert rec.attack == name and rec.query == tgt.query and rec.target_answer == tgt.target_answer
+        assert rec.correct_answers == tgt.correct_answers
+        for j, d in enumerate(rec.documents):
+            assert d.id == f"attack:{name}:{tgt.query_id}:{j}"
+            assert d.poison is True and d.title == ""
+            assert d.metadata["query_id"] == tgt.query_id
+            assert d.metadata["attack"] == name
+            assert d.metadata["target_answer"] == tgt.target_answer
+            assert d.metadata["payload_index"] == j
+            assert d.metadata["voice"] == tgt.voices[j]
+            assert tgt.payloads[j] in d.text           # the payload is never altered
+    assert [d.text for d in out.documents] == [d.text for d in again.documents]
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("volume", [1, 12])
+def test_injection_volume(name, volume, targets, resources_for):
+    out = generate_attack(name, targets[:1], resources_for(name), seed=0, volume=volume, **_params(name))
+    docs = out.records[0].documents
+    assert len(docs) == volume and len({d.id for d in docs}) == volume
+    assert [d.metadata["payload_index"] for d in docs] == [j % 5 for j in range(volume)]
+    if volume == 12:   # beyond 5: the same passages repeated with distinct ids
+        assert docs[5].text == docs[0].text and docs[11].text == docs[1].text
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_attacks_jsonl_round_trip(name, targets, resources_for, tmp_path):
+    from sieve.corpus import load_attacks
+
+    out = generate_attack(name, targets, resources_for(name), seed=0, volume=2, **_params(name))
+    path = tmp_path / "attacks.jsonl"
+    assert write_attacks(path, out.records) == 2
+    back = load_attacks(path)
+    assert [d.id for r in back for d in r.documents] == [d.id for d in out.documents]
+    assert [d.text for r in back for d in r.documents] == [d.text for d in out.documents]
+    assert all(d.poison for r in back for d in r.documents)
+    line = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    assert set(line) >= {"query_id", "query", "correct_answers", "target_answer", "attack", "documents"}
+
+
+@pytest.mark.parametrize("volume", [0, 21, -1, 2.5, True])
+def test_volume_out_of_range_is_an_error(volume, targets, tiny_resources):
+    with pytest.raises(AttackError, match="1..20"):
+        generate_attack("pr_b", targets, tiny_resources, volume=volume)
+
+
+def test_unknown_attack_lists_names():
+    with pytest.raises(KeyError) as e:
+        ATTACKS.create("pr_x")
+    assert "pr_b" in str(e.value) and "forced_top" in str(e.value)
+
+
+def test_bad_targets_are_skipped_with_reasons(targets, tiny_resources):
+    from sieve.types import Target
+
+    bad = [
+        Target("q3", "who painted the mona lisa", ("Leonardo",), "Michelangelo", ()),
+        Target("q4", "who painted the mona lisa", ("Leonardo",), "Michelangelo", ("ok payload", "  ")),
+        Target("q5", "   ", ("x",), "y", ("p",)),
+    ]
+    out = generate_attack("pr_b", targets + bad, tiny_resources)
+    assert [r.query_id for r in out.records] == ["q1", "q2"]
+    reasons = dict(out.skipped)
+    assert reasons["q3"] == "target has no payloads"
+    assert reasons["q4"] == "target has empty payload(s) at index [1]"
+    assert reasons["q5"] == "target has an empty query"
+    assert out.stats["skipped"] == 3 and out.stats["generated"] == 2

@@ -1,0 +1,162 @@
+"""RSG (ALGORITHMS.md §4) on hand-computed geometry."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from sieve.defenses.rsg import RSG, RSGParams, audit_corpus, neighbour_recall
+from sieve.registry import DEFENSES
+from sieve.types import Document, RankedDocument, Ranking
+
+S = float(np.sqrt(1 - 0.81))
+
+
+def five_doc_geometry():
+    v = np.array([
+        [1.0, 0, 0, 0],
+        [0.9, S, 0, 0],      # sim(0,1) = 0.9
+        [0.9, 0, S, 0],      # sim(0,2) = 0.9, sim(1,2) = 0.81
+        [0, 0, 0, 1.0],
+        [0, 0, 0.6, 0.8],    # sim(3,4) = 0.8 (< 0.85)
+    ], np.float32)
+    texts = ["alpha beta gamma", "delta epsilon zeta", "eta theta iota", "kappa lambda", "mu nu"]
+    return [f"d{i}" for i in range(5)], texts, v
+
+
+def test_density_floor_support_and_tail_with_ties():
+    ids, texts, v = five_doc_geometry()
+    a = audit_corpus(ids, texts, v)
+    # k = min(16, N-1) = 4, so b_i = 4th similarity = 0 for docs 0-2
+    assert a.neighbour_ids.shape == (5, 4)
+    assert a.floor[:3].tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)
+    # doc0: two eligible neighbours at 0.9 → support 1, μ = 0.9 → D = 0.9
+    # doc1/doc2: walk stops at 0.81 → one neighbour → support 0.5 → D = 0.45 (exact float32 tie)
+    assert a.density.tolist() == pytest.approx([0.9, 0.45, 0.45, 0.0, 0.0], abs=1e-6)
+    assert a.density[1] == a.density[2]
+    assert a.tail_p.tolist() == pytest.approx([1 / 6, 3 / 6, 3 / 6, 5 / 6, 5 / 6])
+    assert a.f_I == 0.0 and a.f_T == pytest.approx(0.05)
+    assert a.topology.tolist() == pytest.approx([0.15, 0.05, 0.05, 0.03, 0.03])
+    assert not a.flagged.any()
+    row = a.row("d0")
+    assert sorted(n["id"] for n in row.kept) == ["d1", "d2"] and row.dropped == []  # tie order is free
+    assert row.eligible_neighbor_count == 2
+
+
+def test_lexical_ceiling_drops_near_duplicates():
+    ids, texts, v = five_doc_geometry()
+    texts[1] = texts[0]                       # Jaccard 1 > 0.60 → dropped from each other's lists
+    a = audit_corpus(ids, texts, v)
+    assert a.density[0] == pytest.approx(0.45)    # only d2 kept: support 0.5
+    assert a.density[1] == 0.0                    # no retained neighbour: μ = b → D = 0
+    row = a.row("d0")
+    assert [n["id"] for n in row.dropped] == ["d1"] and row.dropped[0]["jaccard"] == 1.0
+
+
+def test_empty_token_union_is_kept():
+    ids, texts, v = five_doc_geometry()
+    texts[0], texts[1] = "!!!", "???"
+    a = audit_corpus(ids, texts, v)
+    assert a.row("d0").kept[0]["jaccard"] == 0.0
+
+
+def clustered_corpus(n=40, n_integrity=0, seed=3):
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=(n, 64)).astype(np.float32)
+    base = rng.normal(size=64)
+    base /= np.linalg.norm(base)
+    for i, scale in enumerate([0.05, 0.06, 0.07]):    # a tight 3-document cluster: rows 0..2
+        noise = rng.normal(size=64)
+        v[i] = base + scale * noise / np.linalg.norm(noise)
+    texts = [f"passage number {i} word{i} term{i} topic{i}" for i in range(n)]
+    for j in range(n_integrity):
+        texts[10 + j] = f"iPhone手机 {j}"               # adjacent Latin→CJK transition
+    return [f"d{i}" for i in range(n)], texts, v
+
+
+def test_topology_flags_only_within_budget():
+    ids, texts, v = clustered_corpus()
+    a = audit_corpus(ids, texts, v)
+    assert (a.density[3:] == 0).all() and (a.density[:3] > 0.5).all()
+    # f_T = 0.05, p ≤ 0.05 ⇔ #{D ≥ D_i} ≤ 2.05 → the two densest cluster documents
+    order = np.argsort(-a.density[:3])
+    assert set(a.flagged_ids) == {ids[order[0]], ids[order[1]]}
+    assert a.row(ids[order[0]]).branch == "topology"
+
+
+def test_integrity_alerts_consume_the_budget():
+    ids, texts, v = clustered_corpus(n_integrity=1)     # f_I = 1/40 → f_T = 0.025: only p = 1/41
+    a = audit_corpus(ids, texts, v)
+    assert a.f_I == pytest.approx(0.025) and a.f_T == pytest.approx(0.025)
+    top = ids[int(np.argmax(a.density))]
+    assert set(a.flagged_ids) == {"d10", top}
+    assert a.row("d10").branch == "integrity"
+
+
+def test_topology_switched_off_when_integrity_exceeds_five_percent():
+    ids, texts, v = clustered_corpus(n_integrity=3)     # f_I = 0.075 > 0.05
+    a = audit_corpus(ids, texts, v)
+    assert a.f_T == 0.0 and (a.topology == 0).all()
+    assert a.flagged_ids == ["d10", "d11", "d12"]
+
+
+@pytest.mark.parametrize("vectors,msg", [
+    (np.ones(4, np.float32), "2-D"),
+    (np.ones((1, 4), np.float32), "at least 2"),
+    (np.ones((2, 4), np.int64), "float"),
+    (np.array([[1, 0], [np.nan, 1]], np.float32), "non-finite"),
+    (np.array([[1, 0], [0, 0]], np.float32), "zero vector"),
+])
+def test_validation_errors(vectors, msg):
+    n = vectors.shape[0] if vectors.ndim == 2 else 1
+    with pytest.raises(ValueError, match=msg):
+        audit_corpus([f"d{i}" for i in range(n)], ["x"] * n, vectors)
+
+
+def test_length_mismatch():
+    with pytest.raises(ValueError, match="length mismatch"):
+        audit_corpus(["a", "b"], ["x"], np.eye(2, dtype=np.float32))
+
+
+@pytest.mark.parametrize("mode", ["hnsw", "ivf"])
+def test_approximate_modes_recall(mode):
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(20, 32))
+    v = (centers[rng.integers(0, 20, 2000)] + 0.3 * rng.normal(size=(2000, 32))).astype(np.float32)
+    ids, texts = [f"d{i}" for i in range(2000)], [f"t{i}" for i in range(2000)]
+    exact = audit_corpus(ids, texts, v)
+    approx = audit_corpus(ids, texts, v, mode=mode)
+    assert neighbour_recall(exact, exact) == 1.0
+    assert neighbour_recall(exact, approx) > 0.85
+
+
+def test_unknown_mode():
+    ids, texts, v = five_doc_geometry()
+    with pytest.raises(ValueError, match="mode"):
+        audit_corpus(ids, texts, v, mode="lsh")
+
+
+def test_defense_fit_inspect_quarantine():
+    ids, texts, v = clustered_corpus(n_integrity=3)
+    snap = SimpleNamespace(ids=ids, documents=[Document(i, t) for i, t in zip(ids, texts)], vectors=v)
+    rsg = DEFENSES.create("rsg").fit(snap, None)
+    ranking = Ranking("q", [RankedDocument(i, t, r + 1, 0.5) for r, (i, t) in
+                            enumerate(zip(["d11", "d0", "new"], [texts[11], texts[0], "unseen"]))])
+    res = rsg.apply(ranking, None, k_ctx=5)
+    d11, d0, new = res.decisions
+    assert d11.removed and d11.status == "scored" and d11.score == 1.0 and d11.threshold == 0.5
+    assert d11.evidence["branch"] == "integrity" and d11.evidence["adjacent_transitions"] == 1
+    assert not d0.removed and d0.status == "scored"
+    assert new.status == "not_examined" and not new.removed
+    assert [d.id for d in res.context] == ["d0", "new"]
+    assert RSG.corpus_time
+
+
+def test_unfitted_rsg_is_unavailable():
+    r = Ranking("q", [RankedDocument("a", "x", 1, 0.1)])
+    assert RSG().inspect(r, None)[0].status == "unavailable"
+
+
+def test_rsg_params_validated():
+    with pytest.raises(ValueError, match="unknown parameter"):
+        RSG(k=3)
+    assert RSG(mode="hnsw").rsg_params() == RSGParams(mode="hnsw")

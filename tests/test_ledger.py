@@ -1,0 +1,122 @@
+"""Quarantine ledger: idempotent flags, validated transitions, rollback, exclusion, concurrent writers."""
+import csv
+import multiprocessing as mp
+
+import pytest
+
+from sieve.ledger import Flag, Ledger, LedgerError, alert_id_for, flags_from_decisions
+from sieve.types import Decision
+
+
+def _flags(n, prefix="d", score=1.0):
+    return [Flag(f"{prefix}{i}", f"h-{prefix}{i}", score + i / 100, 0.5, {"D": 0.9, "i": i}, "topology")
+            for i in range(n)]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    with Ledger(tmp_path / "ledger.sqlite") as led:
+        yield led
+
+
+def test_add_is_idempotent_per_hash_detector_corpus_version(ledger):
+    ids = ledger.add_flags(_flags(3), detector="rsg", corpus_id="demo", corpus_hash="c1", index_version="v1")
+    again = ledger.add_flags(_flags(3), detector="rsg", corpus_id="demo", corpus_hash="c1", index_version="v1")
+    assert ids == again and len(ledger.list()) == 3
+    ledger.add_flags(_flags(1), detector="rsg", corpus_hash="c2", index_version="v1")   # new corpus version
+    ledger.add_flags(_flags(1), detector="rsq", corpus_hash="c1", index_version="v1")   # other detector
+    assert len(ledger.list()) == 5
+    a = ledger.get(ids[0])
+    assert a.state == "open" and a.evidence == {"D": 0.9, "i": 0} and a.corpus_id == "demo"
+    assert a.alert_id == alert_id_for("h-d0", "rsg", "c1", "v1")
+    assert [h.to_state for h in ledger.history(ids[0])] == ["open"]
+
+
+def test_transitions_history_and_rollback_restores(ledger):
+    (aid,) = ledger.add_flags(_flags(1), detector="rsg", corpus_hash="c1")
+    assert ledger.excluded_ids() == {"d0"}
+    assert ledger.excluded_ids("confirmed_only") == set()
+    ledger.confirm(aid, "alice", "payload asserts a false answer")
+    assert ledger.excluded_ids("confirmed_only") == {"d0"}
+    ledger.rollback(aid, "bob", "false positive after review")
+    assert ledger.get(aid).state == "rolled_back"
+    assert ledger.excluded_ids() == set() and ledger.excluded_ids("confirmed_only") == set()
+    hist = ledger.history(aid)
+    assert [(h.from_state, h.to_state, h.who) for h in hist] == [
+        (None, "open", "sieve"), ("open", "confirmed", "alice"), ("confirmed", "rolled_back", "bob")]
+    assert hist[2].why == "false positive after review"
+    ledger.reopen(aid, "carol")
+    assert ledger.get(aid).state == "open"
+
+
+@pytest.mark.parametrize("path,bad", [([], "rolled_back"), (["dismissed"], "confirmed"),
+                                      (["confirmed"], "dismissed"), (["confirmed"], "open")])
+def test_invalid_transitions_are_clear_errors(ledger, path, bad):
+    (aid,) = ledger.add_flags(_flags(1), detector="rsg")
+    for s in path:
+        ledger.transition(aid, s, "alice")
+    with pytest.raises(LedgerError, match="cannot go from"):
+        ledger.transition(aid, bad, "alice")
+
+
+def test_unknown_alert_state_and_policy(ledger):
+    with pytest.raises(LedgerError, match="no alert"):
+        ledger.confirm("A-nope", "alice")
+    (aid,) = ledger.add_flags(_flags(1), detector="rsg")
+    with pytest.raises(LedgerError, match="unknown state"):
+        ledger.transition(aid, "deleted", "alice")
+    with pytest.raises(LedgerError, match="who"):
+        ledger.transition(aid, "confirmed", " ")
+    with pytest.raises(LedgerError, match="policy"):
+        ledger.excluded_ids("all")
+    assert ledger.excluded_ids("none") == set()
+
+
+def test_list_filters_sort_and_export(ledger, tmp_path):
+    ledger.add_flags(_flags(4), detector="rsg")
+    ledger.add_flags(_flags(2, prefix="q", score=2.0), detector="rsq")
+    assert [a.doc_id for a in ledger.list(detector="rsg", sort="-score")] == ["d3", "d2", "d1", "d0"]
+    assert [a.doc_id for a in ledger.list(min_score=1.02, sort="score")] == ["d2", "d3", "q0", "q1"]
+    first = ledger.list(detector="rsg")[0]
+    ledger.dismiss(first.alert_id, "alice")
+    assert len(ledger.list(state="open")) == 5 and ledger.counts()["dismissed"] == 1
+    n = ledger.export_csv(tmp_path / "out" / "alerts.csv", detector="rsq")
+    rows = list(csv.DictReader(open(tmp_path / "out" / "alerts.csv", encoding="utf-8")))
+    assert n == 2 and {r["doc_id"] for r in rows} == {"q0", "q1"} and rows[0]["state"] == "open"
+    with pytest.raises(LedgerError, match="sort"):
+        ledger.list(sort="random")
+
+
+def test_flags_from_decisions():
+    ds = [Decision("a", True, "scored", 0.9, 0.5, {"x": 1}, "quarantined"), Decision("b", False, "scored", 0.1, 0.5)]
+    (f,) = flags_from_decisions(ds, {"a": "ha", "b": "hb"})
+    assert (f.doc_id, f.content_hash, f.score, f.evidence) == ("a", "ha", 0.9, {"x": 1})
+
+
+def _writer(path, prefix, n):
+    led = Ledger(path)
+    for i in range(n):
+        (aid,) = led.add_flags([Flag(f"{prefix}{i}", f"h{prefix}{i}", 0.7, 0.5, {"i": i})], detector="rsg")
+        if i % 2 == 0:
+            led.confirm(aid, prefix, "batch")
+        # a repeat of an earlier flag must stay a no-op under contention
+        led.add_flags([Flag(f"{prefix}0", f"h{prefix}0", 0.7, 0.5)], detector="rsg")
+    led.close()
+
+
+def test_two_concurrent_writer_processes(tmp_path):
+    path = tmp_path / "shared.sqlite"
+    Ledger(path).close()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, p, 150)) for p in ("x", "y")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with Ledger(path) as led:
+        assert led.integrity_check() == "ok"
+        assert len(led.list()) == 300
+        assert led.counts() == {"open": 150, "confirmed": 150, "dismissed": 0, "rolled_back": 0}
+        n_hist = led._conn.execute("SELECT COUNT(*) FROM history").fetchone()[0]
+        assert n_hist == 300 + 150
