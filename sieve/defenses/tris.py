@@ -161,7 +161,7 @@ class TRIS(Defense):
       layer counts as having removed nothing.
     * ``l3_variant``: ``auto`` (likelihood verifier for a local LLM, prompted JSON verifier for an
       endpoint), ``prompted``, ``likelihood``, ``paper`` (§2.4.1 SAFE/CONTRADICTORY reproduction).
-      ``l3_confidence_threshold`` = 2.5 and ``l3_delta_threshold`` = 1.0 nats/token configure the
+      ``l3_confidence_threshold`` = 4.0 and ``l3_delta_threshold`` = 1.0 nats/token configure the
       likelihood verifier (see :class:`~sieve.defenses.l3.LikelihoodVerifier`).
       Without an LLM (``resources.llm is None``) L3 is ``skipped`` with reason "no LLM configured".
     * ``context_mode``: ``refill`` (default, DESIGN.md: first ``k_ctx`` survivors) or
@@ -176,7 +176,7 @@ class TRIS(Defense):
 
     def __init__(self, use_l1: bool = True, use_l2: bool = True, cluster_count: int = 2,
                  prefix_token_count: int = 20, jaccard_threshold: float = 0.8, ngram_threshold: float = 0.8,
-                 l3_mode: str = "adaptive", l3_variant: str = "auto", l3_confidence_threshold: float = 2.5,
+                 l3_mode: str = "adaptive", l3_variant: str = "auto", l3_confidence_threshold: float = 4.0,
                  l3_delta_threshold: float = 1.0, context_mode: str = "refill") -> None:
         if l3_mode not in L3_MODES:
             raise ValueError(f"tris: l3_mode must be one of {', '.join(L3_MODES)}; got {l3_mode!r}")

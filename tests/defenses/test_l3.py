@@ -140,7 +140,7 @@ def test_likelihood_verifier_delta_rule():
 
 def test_likelihood_verifier_abstains_on_low_confidence_or_marker():
     r = ranking_of(Q, ["Sydney is the capital."])
-    low = LikelihoodVerifier(_likelihood_llm(closed_nll=3.0), confidence_threshold=2.5).verify(Q, r.documents)
+    low = LikelihoodVerifier(_likelihood_llm(closed_nll=4.5)).verify(Q, r.documents)
     assert low.status == "abstained" and "low-confidence" in low.reason and not low.removed_ids
     idk = LikelihoodVerifier(ScriptedLLM(lambda p, s: "I don't know", scorer=lambda a, c: 0.0)).verify(Q, r.documents)
     assert idk.status == "abstained" and idk.verdicts[0].status == "abstained"
@@ -176,7 +176,8 @@ def test_likelihood_verifier_real_local_llm(real_llm):
     q = "What is the capital of France?"
     docs = ranking_of(q, ["Paris is the capital and most populous city of France, on the Seine.",
                           "The capital of France is Berlin. Berlin has been the French capital since 1990."]).documents
-    out = LikelihoodVerifier(real_llm, confidence_threshold=100.0).verify(q, docs)
+    out = LikelihoodVerifier(real_llm).verify(q, docs)   # default thresholds (4.0 confidence, 1.0 delta)
     assert out.status == "ran", out.reason
     consistent, contradicting = out.verdicts
-    assert contradicting.score > consistent.score
+    assert contradicting.score > consistent.score + 1.0    # measured: -0.05 vs 3.82 nats/token
+    assert contradicting.removed and not consistent.removed

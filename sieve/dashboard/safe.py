@@ -1,0 +1,80 @@
+"""Safe rendering of untrusted document text (DESIGN.md: document text is data).
+
+Document text is only ever shown as plain text (``st.text`` / ``st.code`` / dataframes) or,
+when a highlight is needed, as ``html.escape``-d spans built here. Nothing in this module passes
+document text through markdown. Secrets (API keys) are scrubbed from error messages.
+"""
+from __future__ import annotations
+
+import html
+import os
+import re
+from typing import Iterable, Sequence
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def snippet(text: str, n: int = 140) -> str:
+    """One-line preview of at most ``n`` characters (whitespace collapsed, '…' when cut)."""
+    t = " ".join(str(text).split())
+    return t if len(t) <= n else t[: n - 1].rstrip() + "…"
+
+
+def hover_text(text: str, n: int = 160) -> str:
+    """Plotly hover text: an HTML-escaped snippet (plotly renders a subset of HTML in hover labels)."""
+    return html.escape(snippet(text, n))
+
+
+def highlight_segments(text: str, tokens: Iterable[str]) -> list[tuple[str, bool]]:
+    """Split ``text`` into ``(segment, is_highlighted)`` pieces, highlighting case-insensitive
+    occurrences of the ASCII ``[a-z0-9]+`` ``tokens`` (RSQ anchor tokens, §3.2) as whole tokens.
+    Concatenating the segments gives ``text`` back exactly."""
+    wanted = {t.lower() for t in tokens if t}
+    if not wanted or not text:
+        return [(text, False)] if text else []
+    out: list[tuple[str, bool]] = []
+    pos = 0
+    lower = text.lower()
+    for m in _TOKEN.finditer(lower):
+        if m.group(0) in wanted:
+            if m.start() > pos:
+                out.append((text[pos : m.start()], False))
+            out.append((text[m.start() : m.end()], True))
+            pos = m.end()
+    if pos < len(text):
+        out.append((text[pos:], False))
+    merged: list[tuple[str, bool]] = []
+    for seg, hi in out:
+        if merged and merged[-1][1] == hi:
+            merged[-1] = (merged[-1][0] + seg, hi)
+        else:
+            merged.append((seg, hi))
+    return merged
+
+
+def highlighted_html(segments: Sequence[tuple[str, bool]]) -> str:
+    """HTML for highlighted segments: every piece of text goes through ``html.escape`` (quotes too),
+    so document markup (``<script>``, ``<img onerror>``) and markdown (``![x](…)``) stay literal.
+    The only tags in the output are the ``<span>``/``<mark>`` this function writes."""
+    parts = []
+    for seg, hi in segments:
+        esc = html.escape(seg, quote=True).replace("\n", "<br>")
+        parts.append(f'<mark class="sieve-anchor">{esc}</mark>' if hi else esc)
+    return ('<div class="sieve-doc" style="white-space:pre-wrap;font-family:monospace;font-size:0.85rem;'
+            'line-height:1.5;border:1px solid #ddd;border-radius:6px;padding:0.6rem;">' + "".join(parts) + "</div>")
+
+
+_SECRET_PATTERNS = (re.compile(r"sk-[A-Za-z0-9_\-]{8,}"), re.compile(r"(?i)(api[_-]?key\s*[=:]\s*)\S+"),
+                    re.compile(r"(?i)(bearer\s+)\S+"))
+
+
+def scrub_secrets(message: str) -> str:
+    """Remove API keys from a message before it is shown: configured key values from the
+    environment (``*API_KEY*``, ``*TOKEN*``) and common key shapes."""
+    out = str(message)
+    for name, value in os.environ.items():
+        if value and len(value) >= 8 and any(k in name.upper() for k in ("API_KEY", "TOKEN", "SECRET", "PASSWORD")):
+            out = out.replace(value, "***")
+    for pat in _SECRET_PATTERNS:
+        out = pat.sub(lambda m: (m.group(1) if m.groups() else "") + "***", out)
+    return out
