@@ -32,6 +32,7 @@ MAX_ERRORS = 20
 
 CORPUS_SUFFIXES = (".jsonl", ".csv", ".parquet")
 BEIR_SPLITS = ("test", "dev", "train")
+_BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,6 +341,8 @@ class _Row:
         v = self.row.get(name, default)
         if v is None:
             return default
+        if isinstance(v, str) and v.strip().lower() in _BOOL_WORDS:  # CSV cells
+            return _BOOL_WORDS[v.strip().lower()]
         if not isinstance(v, bool):
             self.bad(name, f"must be true or false, got {v!r}")
             return None

@@ -319,3 +319,9 @@ def test_write_jsonl_and_attack_round_trip(tmp_path):
     assert [d.metadata for d in again[0].documents] == [d.metadata for d in ds.attacks[0].documents]
     with pytest.raises(DatasetError, match="collides with a corpus document id"):
         load_attacks(out, corpus_ids={"q2:pr_b:0"})
+
+
+def test_csv_poison_column_accepts_words(tmp_path):
+    p = tmp_path / "docs.csv"
+    p.write_text("id,text,poison\na,alpha,false\nb,beta,TRUE\n", encoding="utf-8")
+    assert [d.poison for d in load_corpus_file(p)] == [False, True]

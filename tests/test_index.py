@@ -270,6 +270,7 @@ def test_query_vectors_are_memoised(tmp_path, emb):
     idx = VectorIndex.open_or_build(corpus(), emb, tmp_path / "ws", progress=False)
     idx.search("river", 2)
     idx.rank("river", 2)
+    idx.with_documents([Document("p", "river poison")]).search("river", 2)  # views share the memo
     assert emb.queries == ["river"]
 
 

@@ -95,6 +95,10 @@ def eval_command(
                            progress=progress, command=command)
     except RunError as e:
         raise UserError(str(e)) from None
+    except KeyboardInterrupt:
+        typer.secho(f"stopped; {out} is consistent (summary.json covers the finished items). "
+                    "Rerun the same command to resume.", fg=typer.colors.YELLOW, err=True)
+        raise
     typer.echo(format_table(summary))
     typer.echo(f"\nwrote {out}/config.json, records.jsonl, summary.json — `sieve report {out}` for plots")
 

@@ -78,3 +78,12 @@ def scrub_secrets(message: str) -> str:
     for pat in _SECRET_PATTERNS:
         out = pat.sub(lambda m: (m.group(1) if m.groups() else "") + "***", out)
     return out
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def md_escape(text: str) -> str:
+    """Backslash-escape markdown syntax so a message (which may quote user input) shows literally
+    inside ``st.error`` / ``st.warning``, which render markdown."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))

@@ -9,7 +9,6 @@ change the per-document decisions, because the consolidated text does not name d
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,16 +77,15 @@ def trustrag_filter(emb: np.ndarray, rouge: np.ndarray, rouge_threshold: float =
     if gate <= rouge_threshold:
         return ClusterOutcome(list(range(n)), f"n-gram gate: no pair has ROUGE-L > {rouge_threshold:g} "
                               f"(max {gate:.2f}); clustering skipped", [0] * n, {}, gate)
-    from sklearn.cluster import KMeans
     from sklearn.preprocessing import StandardScaler
+
+    from sieve.defenses.tris import fit_kmeans
 
     z = StandardScaler().fit_transform(emb.astype(np.float64))
     norms = np.linalg.norm(z, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     z = z / norms
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        labels = KMeans(n_clusters=2, n_init=10, max_iter=500, random_state=random_state).fit(z).labels_.astype(int)
+    labels = fit_kmeans(z, 2, random_state=random_state, n_init=10, max_iter=500).labels_.astype(int)
     raw = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     sims = raw @ raw.T
     members = {c: [i for i in range(n) if labels[i] == c] for c in (0, 1)}

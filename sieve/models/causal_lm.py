@@ -22,10 +22,12 @@ class HFCausalLM:
 
         self.path = Path(path)
         self.model_id = model_id
-        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        self.model = model or AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=torch.float32, local_files_only=True
-        )
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
+        self.tokenizer = tokenizer
+        self.model = model
         self.model.to(torch.float32).eval()
         if self.tokenizer.pad_token_id is None:   # §3.4: EOS doubles as pad
             self.tokenizer.pad_token = self.tokenizer.eos_token

@@ -46,6 +46,8 @@ class SentenceTransformerEmbedder:
 
     def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int = 32,
                progress: bool = False) -> np.ndarray:
+        if kind not in ("query", "passage"):
+            raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), np.float32)

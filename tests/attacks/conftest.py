@@ -70,8 +70,15 @@ class TinyWhiteBoxEmbedder:
 
 
 @pytest.fixture
-def whitebox_embedder(tmp_path) -> TinyWhiteBoxEmbedder:
-    return TinyWhiteBoxEmbedder(tmp_path)
+def whitebox_embedder(tmp_path):
+    """The tiny BERT runs single-threaded: intra-op threads only add spin-wait overhead for a
+    32-d model (and stall badly when the CPUs are shared). Restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield TinyWhiteBoxEmbedder(tmp_path)
+    torch.set_num_threads(before)
 
 
 @pytest.fixture

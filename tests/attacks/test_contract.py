@@ -109,3 +109,57 @@ def test_bad_targets_are_skipped_with_reasons(targets, tiny_resources):
     assert reasons["q4"] == "target has empty payload(s) at index [1]"
     assert reasons["q5"] == "target has an empty query"
     assert out.stats["skipped"] == 3 and out.stats["generated"] == 2
+
+
+# ---- the `sieve attack` command ------------------------------------------------------------------
+def _dataset(tmp_path, targets):
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / "corpus.jsonl").write_text(json.dumps({"id": "c1", "text": "Jane Austen wrote Pride and Prejudice."}) + "\n")
+    (d / "queries.jsonl").write_text("".join(json.dumps({"id": t.query_id, "text": t.query}) + "\n" for t in targets))
+    (d / "targets.jsonl").write_text("".join(json.dumps({
+        "query_id": t.query_id, "query": t.query, "correct_answers": list(t.correct_answers),
+        "target_answer": t.target_answer, "payloads": list(t.payloads), "voices": list(t.voices)}) + "\n"
+        for t in targets))
+    return d
+
+
+def _run(*args):
+    from typer.testing import CliRunner
+
+    from sieve.cli import app
+
+    return CliRunner().invoke(app, ["attack", *map(str, args)])
+
+
+def test_cli_writes_and_merges_families(tmp_path, targets):
+    from sieve.corpus import load_dataset
+
+    d = _dataset(tmp_path, targets)
+    att = d / "attacks.jsonl"
+    r = _run(d, "--attack", "pr_b", "--append-to", att, "--no-progress")
+    assert r.exit_code == 0, r.output
+    r = _run(d, "--attack", "diverse", "--append-to", att, "--volume", "2", "--no-progress", "--out", tmp_path / "x.jsonl")
+    assert r.exit_code == 0, r.output
+    r = _run(d, "--attack", "pr_b", "--append-to", att, "--volume", "3", "--limit", "1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    ds = load_dataset(d)                                            # the merged file is a valid dataset
+    assert ds.attack_families() == ["diverse", "pr_b"]
+    assert [len(r.documents) for r in ds.attacks] == [2, 2, 3]      # pr_b replaced, diverse kept
+    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == 2
+
+
+def test_cli_bad_input_is_one_clear_line(tmp_path, targets):
+    d = _dataset(tmp_path, targets)
+    r = _run(d, "--attack", "pr_x", "--out", tmp_path / "a.jsonl")
+    assert r.exit_code == 2 and "unknown attack 'pr_x'" in r.output and "pr_w" in r.output
+    r = _run(d, "--attack", "pr_b", "--out", tmp_path / "a.jsonl", "--volume", "21")
+    assert r.exit_code == 2 and "1..20" in r.output and "Traceback" not in r.output
+    r = _run(d, "--attack", "pr_b")
+    assert r.exit_code == 2 and "--out" in r.output
+    r = _run(d, "--attack", "pr_b", "--out", tmp_path / "a.jsonl", "--iterations", "3")
+    assert r.exit_code == 2 and "pr_w only" in r.output
+    (d / "targets.jsonl").write_text('{"query_id": "q1", "query": "x"}\n')
+    r = _run(d, "--attack", "pr_b", "--out", tmp_path / "a.jsonl")
+    assert r.exit_code == 2 and "targets.jsonl" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "a.jsonl").exists()

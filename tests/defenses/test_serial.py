@@ -85,3 +85,15 @@ def test_unfitted_serial_warns(tiny_resources):
 def test_serial_rejects_unknown_params():
     with pytest.raises(ValueError):
         SerialRSGRSQ(bogus=1)
+
+
+def test_calibrate_uses_rsq_scores_only(tiny_resources):
+    snap, ranking = setup(25, integrity_positions={1, 2, 3})
+    d = SerialRSGRSQ().fit(snap, tiny_resources)
+    scores = [x.score for x in d.inspect(ranking, tiny_resources) if x.layer == "RSQ" and x.score is not None]
+    assert len(scores) == 5 and scores[0] == pytest.approx(0.2)
+    d.calibrate([ranking], tiny_resources, clean_budget=0.05)
+    # five clean RSQ candidates (S = 0.2 each; RSG's 1.0 scores are not mixed in): floor(5·0.05) = 0 →
+    # threshold = the largest clean score, then the next float up (removal is at S ≥ η_Q)
+    assert d.eta_q == float(np.nextafter(max(scores), np.inf))
+    assert d.threshold_ == d.eta_q

@@ -1,0 +1,32 @@
+"""Sieve analyst dashboard — ``streamlit run app.py``.
+
+A thin router (``st.navigation``); each page lives in ``pages/`` and calls the service layer in
+:mod:`sieve.dashboard`. Test hooks: ``SIEVE_DASHBOARD_TINY=1`` (tiny in-process models) and
+``SIEVE_DASHBOARD_DATASET`` / ``SIEVE_DASHBOARD_RUN`` / ``SIEVE_DASHBOARD_LEDGER``.
+"""
+from pathlib import Path
+
+import sieve  # noqa: F401  (offline model hub settings)
+import streamlit as st
+
+HERE = Path(__file__).resolve().parent
+LOGO = HERE / "assets" / "logo.svg"
+
+st.set_page_config(page_title="Sieve — RAG poisoning defense", page_icon=str(LOGO) if LOGO.exists() else None,
+                   layout="wide")
+css = HERE / "assets" / "style.css"
+if css.exists():
+    st.html(f"<style>{css.read_text(encoding='utf-8')}</style>")   # our own static stylesheet only
+if LOGO.exists():
+    st.logo(str(LOGO))
+
+PAGES = [
+    st.Page(str(HERE / "pages" / "0_overview.py"), title="Overview", icon="🏠", url_path="overview", default=True),
+    st.Page(str(HERE / "pages" / "1_corpus.py"), title="Corpus & index", icon="📚", url_path="corpus"),
+    st.Page(str(HERE / "pages" / "2_explorer.py"), title="Query explorer", icon="🔎", url_path="explorer"),
+    st.Page(str(HERE / "pages" / "3_geometry.py"), title="Geometry", icon="🗺️", url_path="geometry"),
+    st.Page(str(HERE / "pages" / "4_tradeoffs.py"), title="Trade-offs", icon="⚖️", url_path="tradeoffs"),
+    st.Page(str(HERE / "pages" / "5_attack_lab.py"), title="Attack lab", icon="🧪", url_path="attack-lab"),
+    st.Page(str(HERE / "pages" / "6_alerts.py"), title="Alerts", icon="🚨", url_path="alerts"),
+]
+st.navigation(PAGES).run()

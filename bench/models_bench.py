@@ -1,0 +1,114 @@
+"""Model stack benchmark: load times (fresh process vs already loaded), embedder throughput
+(documents/s on this machine's cores), query-encoding latency percentiles, LM scoring speed.
+
+    .venv/bin/python bench/models_bench.py [--docs 64] [--skip-llm]
+
+Each model is loaded in a fresh subprocess (so "cold" includes nothing another model loaded,
+but excludes the one-off ``import torch``/``sentence_transformers`` which is reported apart).
+Caches must be built already (``sieve models --build``); build times are read from their manifests.
+Numbers depend on machine load; they are printed, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import sieve  # noqa: F401  (sets OMP_WAIT_POLICY etc. before torch loads)
+import torch, sentence_transformers, transformers  # noqa
+import sieve.models as m
+t_import = time.perf_counter() - t0
+kind, name, n_docs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+docs = [l for l in (json.loads(x)["text"] for x in open(sys.argv[4])) if l][:n_docs]
+out = {"model": name, "import_s": round(t_import, 2)}
+t = time.perf_counter()
+if kind == "embedder":
+    obj = m.load_embedder(name)
+elif kind == "causal_lm":
+    obj = m.load_causal_lm(name)
+elif kind == "token_encoder":
+    obj = m.load_token_encoder(name, int(sys.argv[5]))
+else:
+    from sieve.config import SieveConfig
+    obj = m.load_llm(SieveConfig())
+out["cold_load_s"] = round(time.perf_counter() - t, 2)
+t = time.perf_counter()
+again = {"embedder": lambda: m.load_embedder(name), "causal_lm": lambda: m.load_causal_lm(name),
+         "token_encoder": lambda: m.load_token_encoder(name, int(sys.argv[5])),
+         "llm": lambda: m.load_llm(__import__("sieve.config").config.SieveConfig())}[kind]()
+assert again is obj
+out["warm_load_ms"] = round((time.perf_counter() - t) * 1000, 3)
+def pct(xs, q):
+    xs = sorted(xs); return xs[min(len(xs) - 1, int(q * len(xs)))]
+if kind == "embedder":
+    obj.encode(docs[:4])  # warm-up
+    t = time.perf_counter(); obj.encode(docs, batch_size=16); dt = time.perf_counter() - t
+    out["docs_per_s"] = round(len(docs) / dt, 1)
+    lat = []
+    for q in ["what is the capital of australia", "who painted the mona lisa", "when did world war two end",
+              "which planet is called the red planet", "who wrote romeo and juliet"] * 4:
+        t = time.perf_counter(); obj.encode([q], kind="query"); lat.append((time.perf_counter() - t) * 1000)
+    out["query_ms_p50"] = round(pct(lat, 0.5), 1); out["query_ms_p95"] = round(pct(lat, 0.95), 1)
+elif kind == "causal_lm":
+    obj.token_nll(docs[0])
+    t = time.perf_counter(); [obj.token_nll(d) for d in docs]; dt = time.perf_counter() - t
+    out["token_nll_docs_per_s"] = round(len(docs) / dt, 1)
+    t = time.perf_counter(); obj.token_nll_many(docs, batch_size=8); dt = time.perf_counter() - t
+    out["token_nll_many_docs_per_s"] = round(len(docs) / dt, 1)
+elif kind == "token_encoder":
+    t = time.perf_counter(); obj.token_states_many(docs, 256); dt = time.perf_counter() - t
+    out["token_states_docs_per_s"] = round(len(docs) / dt, 1)
+else:
+    ctx = "Context: " + docs[0] + "\nQuestion: what is this passage about?\nAnswer:"
+    obj.nll(" it", ctx)
+    lat = []
+    for _ in range(5):
+        t = time.perf_counter(); obj.nll(" the passage", ctx); lat.append(time.perf_counter() - t)
+    out["nll_call_s_p50"] = round(pct(lat, 0.5), 3)
+    t = time.perf_counter(); ans = obj.generate(ctx, system="Answer with a short phrase only.", max_tokens=16)
+    out["generate_16tok_s"] = round(time.perf_counter() - t, 2)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", type=int, default=64, help="documents from demo_data/corpus.jsonl")
+    ap.add_argument("--skip-llm", action="store_true")
+    args = ap.parse_args()
+    corpus = ROOT / "demo_data" / "corpus.jsonl"
+    jobs = [("embedder", "all-mpnet-base-v2"), ("embedder", "all-MiniLM-L6-v2"),
+            ("embedder", "multilingual-e5-small"), ("causal_lm", "smollm2-135m"),
+            ("token_encoder", "all-mpnet-base-v2", "9"), ("token_encoder", "all-MiniLM-L6-v2", "4")]
+    if not args.skip_llm:
+        jobs.append(("llm", "qwen2.5-coder-0.5b"))
+    for job in jobs:
+        cmd = [sys.executable, "-c", CHILD, job[0], job[1], str(args.docs), str(corpus), *job[2:]]
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
+        label = f"{job[0]}:{job[1]}" + (f"@{job[2]}" if len(job) > 2 else "")
+        if line is None:
+            print(f"{label}: FAILED\n{r.stderr[-2000:]}")
+            continue
+        res = json.loads(line[7:])
+        print(f"{label:<40} " + "  ".join(f"{k}={v}" for k, v in res.items() if k != "model"))
+    from sieve.config import SieveConfig
+    from sieve.models.cache import MANIFEST, entry_size, models_dir
+
+    mdir = models_dir(SieveConfig().cache_dir)
+    for entry in sorted(p for p in mdir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        info = json.loads((entry / MANIFEST).read_text()) if (entry / MANIFEST).exists() else {}
+        extra = {k: v for k, v in info.items() if k not in ("files",)}
+        print(f"cache {entry.name:<24} {entry_size(entry) / 1e6:8.1f} MB  {extra}")
+
+
+if __name__ == "__main__":
+    main()

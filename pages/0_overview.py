@@ -1,0 +1,49 @@
+"""Overview: what Sieve does and the headline numbers of the shipped demo run (loads in seconds)."""
+import streamlit as st
+
+from sieve.dashboard import service as S
+from sieve.dashboard import state
+
+state.init_state()
+state.sidebar_status()
+st.title("Sieve — knowledge-poisoning defense for RAG")
+
+with state.page_guard("Overview"):
+    st.markdown(
+        "Retrieval-augmented generation answers questions from retrieved passages. **Knowledge poisoning** "
+        "(PoisonedRAG) slips a few crafted passages into the corpus so that the retriever ranks them first "
+        "and the generator repeats a false *target answer*. Sieve implements two defenses side by side — "
+        "**TRIS** (judge-space clustering, structural prefix filter, LLM consistency check) and **RAGSieve** "
+        "(RSQ query-local contrast, RSG corpus graph audit) — with baselines, attacks and evaluation."
+    )
+    c1, c2, c3 = st.columns(3)
+    c1.info("**Analysts** — start at *Alerts* (quarantine queue) and *Query explorer* (why was a passage removed?).")
+    c2.info("**Researchers** — *Trade-offs*: move thresholds and watch poison-in-context, clean removal and ASR.")
+    c3.info("**Teachers** — *Attack lab*: poison a question live and watch the answer flip and the defenses respond.")
+
+    ds = state.dataset()
+    stats = S.corpus_stats(ds)
+    st.subheader("Dataset")
+    m = st.columns(4)
+    m[0].metric("documents", stats["documents"])
+    m[1].metric("questions", stats["queries"])
+    m[2].metric("attack targets", stats["targets"])
+    m[3].metric("attack families", len(stats["attack_families"]))
+
+    st.subheader("Demo evaluation run")
+    run_dir = st.session_state["run_dir"]
+    try:
+        run = state.run(run_dir)
+    except Exception as e:  # noqa: BLE001
+        st.warning(f"No evaluation run to show yet ({state.friendly(e)}). Create one with "
+                   "`sieve eval demo_data --out demo_data/runs/demo`, or choose a run directory on *Trade-offs*.")
+    else:
+        import pandas as pd
+
+        df = pd.DataFrame(run.summary.get("results", []))
+        cols = [c for c in ("defense", "attack", "queries", "poison_in_context_rate", "poison_removal_rate",
+                            "clean_removal_rate", "auroc", "asr", "clean_acc", "latency_ms_p50") if c in df.columns]
+        st.caption(f"{run.path} — {len(run.records)} records, defenses: {', '.join(run.defenses)}")
+        st.dataframe(df[cols], hide_index=True, width="stretch")
+    st.caption("Models load on first use of a page that needs them (a spinner shows progress); "
+               "afterwards they stay in memory for the whole session.")

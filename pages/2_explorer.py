@@ -1,0 +1,208 @@
+"""Query explorer: ranked list with every selected defense's decision and distance to its threshold,
+per-document evidence (RSQ components, surprisal trace, alignment curve, TRIS layers, anchor tokens),
+undefended vs defended context and generated answers."""
+import json
+
+import pandas as pd
+import streamlit as st
+
+from sieve.dashboard import figures as F
+from sieve.dashboard import service as S
+from sieve.dashboard import state
+from sieve.dashboard.safe import highlight_segments, highlighted_html, snippet
+
+state.init_state()
+state.sidebar_status()
+st.title("🔎 Query explorer")
+
+TRIS_SPECS = ("tris", "tris_l1", "tris_l2", "tris_full", "tris_l3")
+
+
+def params_for(spec: str, knobs: dict) -> dict:
+    """The knobs that apply to one defense spec (registered presets keep their own layer switches)."""
+    p: dict = {}
+    if spec in ("rsq", "rsg_rsq"):
+        p["eta_q"] = knobs["eta_q"]
+    if spec in TRIS_SPECS:
+        p.update(cluster_count=knobs["cluster_count"], jaccard_threshold=knobs["jaccard_threshold"],
+                 ngram_threshold=knobs["ngram_threshold"])
+        if spec == "tris":
+            p["l3_mode"] = knobs["l3_mode"]
+    return p
+
+
+with state.page_guard("Query explorer"):
+    ds = state.dataset()
+    conds = S.conditions(ds)
+    targets = {t.query_id: t for t in ds.targets}
+    questions = [(t.query_id, t.query) for t in ds.targets] + \
+                [(q.id, q.text) for q in ds.queries if q.id not in targets]
+
+    c1, c2 = st.columns([3, 1])
+    with c1:
+        mode = st.radio("Query", ["Pick a demo question", "Type a query"], horizontal=True, key="q_mode")
+        if mode == "Pick a demo question" and questions:
+            labels = [f"{qid} — {snippet(text, 90)}" for qid, text in questions]
+            prev = st.session_state.get("query_id")
+            idx = next((i for i, (qid, _) in enumerate(questions) if qid == prev), 0)
+            pick = st.selectbox("Question", range(len(labels)), format_func=lambda i: labels[i], index=idx,
+                                key="q_pick")
+            query_id, query = questions[pick]
+        else:
+            query = st.text_input("Your query", value=st.session_state.get("query_text") or
+                                  (questions[0][1] if questions else ""), key="q_text")
+            query_id = next((qid for qid, t in questions if t.strip() == query.strip()), "")
+    with c2:
+        cond = st.selectbox("Attack condition", conds, key="x_condition",
+                            index=conds.index(st.session_state["condition"]) if st.session_state["condition"] in conds else 0,
+                            help="clean corpus, or clean corpus + every poison of one attack family")
+    st.session_state["condition"] = cond
+    st.session_state["query_text"], st.session_state["query_id"] = query, query_id
+
+    from sieve.registry import DEFENSES
+
+    all_specs = [n for n in DEFENSES.names() if n != "none"]
+    chosen = st.multiselect("Defenses", all_specs, default=[d for d in st.session_state["defenses"] if d in all_specs],
+                            key="x_defenses", help="LLM-based layers (tris_full, tris_l3, robustrag, trustrag) call the "
+                                                   "generator and are slower on CPU.")
+    st.session_state["defenses"] = chosen
+    with st.expander("Thresholds and context size"):
+        saved = st.session_state["params"].get("_knobs", {})
+        k1, k2, k3, k4, k5 = st.columns(5)
+        knobs = {
+            "eta_q": k1.slider("RSQ η_Q", 0.1, 3.0, float(saved.get("eta_q", 1.0)), 0.05, key="k_eta"),
+            "cluster_count": k2.slider("TRIS C (clusters)", 1, 5, int(saved.get("cluster_count", 2)), key="k_c"),
+            "jaccard_threshold": k3.slider("TRIS L2 Jaccard", 0.1, 1.0, float(saved.get("jaccard_threshold", 0.8)), 0.05,
+                                           key="k_jac"),
+            "ngram_threshold": k4.slider("TRIS L2 n-gram", 0.1, 1.0, float(saved.get("ngram_threshold", 0.8)), 0.05,
+                                         key="k_ng"),
+            "l3_mode": k5.selectbox("TRIS L3 mode", ["adaptive", "off", "selective", "always"],
+                                    index=["adaptive", "off", "selective", "always"].index(saved.get("l3_mode", "adaptive")),
+                                    key="k_l3"),
+        }
+        k_ctx = st.slider("k_ctx (context size)", 1, 10, int(st.session_state["k_ctx"]), key="k_ctx_slider")
+        st.session_state["params"]["_knobs"] = knobs
+        st.session_state["k_ctx"] = k_ctx
+
+    if not query.strip():
+        st.info("Type a query or pick a demo question.")
+        st.stop()
+
+    key = json.dumps([ds.name, ds.content_hash()[:12], query, query_id, cond, chosen, knobs, k_ctx], sort_keys=True)
+    cache = st.session_state.setdefault("explore_cache", {})
+    if key not in cache:
+        with st.status("Running retrieval and defenses…", expanded=False) as status:
+            status.update(label="Loading models and index (first time only)…")
+            view = state.view(cond)
+            res = state.resources()
+            defs = {}
+            for spec in chosen:
+                status.update(label=f"Preparing {spec}…")
+                try:
+                    defs[spec] = state.defense(spec, cond, params_for(spec, knobs))
+                except Exception as e:  # noqa: BLE001
+                    st.warning(f"{spec} could not be prepared: {state.friendly(e)}")
+            base = {"none": state.defense("none", cond)}
+            status.update(label="Ranking and applying defenses…")
+            result = S.explore(view, ds, res, query, cond, {**base, **defs}, query_id, k_ctx)
+            status.update(label=f"Done in {result.timings_ms['total']:.0f} ms", state="complete")
+        cache.clear()
+        cache[key] = result
+    result = cache[key]
+    ranking = result.ranking
+    for name, err in result.errors.items():
+        st.warning(f"{name}: {err}")
+    for name, r in result.results.items():
+        for w in r.warnings:
+            st.caption(f"⚠ {name}: {snippet(w, 200)}")
+
+    tgt = targets.get(query_id)
+    if tgt is not None:
+        st.caption(f"Correct answer: {', '.join(tgt.correct_answers)} · attack target answer: {tgt.target_answer}")
+    n_poison = sum(1 for d in ranking.documents[:20] if d.poison)
+    st.caption(f"Top-20 holds {n_poison} poison(s) · explorer call {result.timings_ms['total']:.0f} ms "
+               f"({', '.join(f'{k} {v:.0f}' for k, v in result.timings_ms.items() if k != 'total')})")
+    shown = [n for n in result.results if n != "none"]
+    table = result.table(20)
+    cols = ["rank", "id", "poison", "retriever score"] + [c for n in shown for c in (n, f"{n} margin")] + ["text"]
+    st.dataframe(table[[c for c in cols if c in table.columns]], hide_index=True, width="stretch", height=420)
+    st.caption("margin = score − threshold (positive = on the removal side).")
+
+    st.subheader("Document evidence")
+    docs = ranking.documents[:20]
+    di = st.selectbox("Document", range(len(docs)), key="x_doc",
+                      format_func=lambda i: f"#{docs[i].rank} {docs[i].id}" + (" ☠ poison" if docs[i].poison else ""))
+    doc = docs[di]
+    ev = result.rsq_rows.get(doc.id)
+    eta = knobs["eta_q"]
+    tabs = st.tabs(["Text & anchors", "RSQ evidence", "Surprisal trace", "Alignment curve", "TRIS layers", "Decisions"])
+    with tabs[0]:
+        anchors = (ev or {}).get("anchor", {}).get("anchors", []) if ev else []
+        if anchors:
+            st.caption("Anchor tokens that drove E_a (shared by several top-5 passages, rare in ranks 6–20): "
+                       + ", ".join(anchors))
+            st.html(highlighted_html(highlight_segments(doc.text, anchors)))
+        st.caption("Document text (verbatim, never rendered as HTML or markdown):")
+        st.text(doc.text)
+    with tabs[1]:
+        if result.rsq_rows:
+            st.plotly_chart(F.rsq_components(result.rsq_rows, eta, [d.id for d in ranking.documents[:5]]),
+                            width="stretch")
+            if ev:
+                st.dataframe(pd.DataFrame([{k: ev.get(k) for k in ("E_a", "E_i", "E_p", "E_s", "S", "p_a", "p_i", "J", "p_s")}]),
+                             hide_index=True)
+            else:
+                st.info("RSQ scores ranks 1–5 only; ranks 6–20 are the reference tail.")
+        else:
+            st.info("RSQ needs at least 20 retrieved documents.")
+    with tabs[2]:
+        if ev:
+            st.plotly_chart(F.surprisal_trace(ev), width="stretch")
+        else:
+            st.info("Surprisal traces are shown for RSQ candidates (ranks 1–5).")
+    with tabs[3]:
+        if ev:
+            st.plotly_chart(F.alignment_curve(ev), width="stretch")
+        else:
+            st.info("Alignment curves are shown for RSQ candidates (ranks 1–5).")
+    with tabs[4]:
+        tris_names = [n for n in result.results if n.startswith("tris")]
+        if not tris_names:
+            st.info("Select a TRIS defense to see its layer verdicts.")
+        for n in tris_names:
+            st.write(f"**{n}**")
+            st.json(S.tris_layers(result.results[n].decision_for(doc.id)))
+    with tabs[5]:
+        rows = []
+        for n, r in result.results.items():
+            d = r.decision_for(doc.id)
+            if d is not None:
+                rows.append({"defense": n, "decision": S.decision_label(d), "layer": d.layer, "status": d.status,
+                             "score": d.score, "threshold": d.threshold, "margin": d.margin(), "reason": d.reason})
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+    st.subheader("Context handed to the generator")
+    ctx_cols = st.columns(len(result.results))
+    for col, (n, r) in zip(ctx_cols, result.results.items()):
+        with col:
+            st.write(f"**{'undefended' if n == 'none' else n}**" + (" (fallback)" if r.fallback_used else ""))
+            st.dataframe(pd.DataFrame([{"rank": d.rank, "id": d.id, "poison": "☠" if d.poison else "",
+                                        "text": snippet(d.text, 60)} for d in r.context]),
+                         hide_index=True, width="stretch")
+    answers = st.session_state.setdefault("explore_answers", {})
+    if st.button("Generate answers", key="x_generate",
+                 help="Answers the query from each context with the configured generator (local Qwen by default)."):
+        with st.spinner("Generating (the local model loads once; then a few seconds per answer)…"):
+            try:
+                res = state.resources()
+                answers[key] = S.generate_answers(res, query, {n: [d.text for d in r.context]
+                                                               for n, r in result.results.items()})
+            except Exception as e:  # noqa: BLE001
+                state.show_error("Generation failed", e)
+    if key in answers:
+        acols = st.columns(len(answers[key]))
+        for col, (n, text) in zip(acols, answers[key].items()):
+            with col:
+                st.write(f"**{'undefended' if n == 'none' else n}**")
+                st.text(text)
+                st.caption(S.answer_verdict(text, ranking.correct_answers, ranking.target_answer))

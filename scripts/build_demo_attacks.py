@@ -1,0 +1,65 @@
+"""Regenerate demo_data/attacks.jsonl for every attack family from demo_data/targets.jsonl.
+
+    .venv/bin/python scripts/build_demo_attacks.py                      # all families, seed 0
+    .venv/bin/python scripts/build_demo_attacks.py --families pr_w --pr-w-iterations 8
+
+One command, deterministic in ``--seed`` (pr_w and script depend only on seed and query id; the
+paraphrase family uses the configured LLM — greedy local Qwen2.5-Coder-0.5B by default — and its
+paraphrases are cached under the Sieve cache dir, so a rerun reproduces them). Each family's lines
+are replaced in place and the other families' lines kept, so one family can be rebuilt alone.
+
+pr_w runs HotFlip against the default retriever (all-mpnet-base-v2) with modest settings so the
+whole demo builds in reasonable time on 2 CPU cores: the paper's 30 iterations × 100 candidates
+cost minutes per poison there (see ``bench/attacks_bench.py`` for measured gains and s/target).
+The settings used are recorded in every pr_w document's metadata.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sieve.attacks import ATTACKS, load_targets, merge_attacks  # noqa: E402
+from sieve.config import SieveConfig  # noqa: E402
+from sieve.resources import Resources  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=ROOT / "demo_data", help="dataset directory (default demo_data)")
+    ap.add_argument("--families", nargs="*", default=None, help="families to build (default: every registered one)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--volume", type=int, default=5)
+    ap.add_argument("--pr-w-iterations", type=int, default=6, help="HotFlip iterations (paper 30)")
+    ap.add_argument("--pr-w-candidates", type=int, default=24, help="HotFlip candidates per flip (paper 100)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N targets (for a quick look; use --out)")
+    ap.add_argument("--out", type=Path, default=None, help="attacks file to merge into (default <data>/attacks.jsonl)")
+    args = ap.parse_args(argv)
+
+    families = args.families or ATTACKS.names()
+    targets = load_targets(args.data)[: args.limit]
+    resources = Resources(SieveConfig.load())
+    out_path = args.out or args.data / "attacks.jsonl"
+    summary = {}
+    for fam in families:
+        params = {"iterations": args.pr_w_iterations, "candidates": args.pr_w_candidates} if fam == "pr_w" else {}
+        t0 = time.perf_counter()
+        out = ATTACKS.create(fam, **params).generate(targets, resources, seed=args.seed, volume=args.volume)
+        merge_attacks(out_path, out.records, fam)
+        st = {k: v for k, v in out.stats.items() if k != "per_target"}
+        st["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        summary[fam] = st
+        for qid, reason in out.skipped:
+            print(f"  {fam}: skipped {qid}: {reason}", file=sys.stderr)
+        print(f"{fam}: {json.dumps(st)}", flush=True)
+    print(f"wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,218 @@
+"""The Streamlit side of the service layer: settings that persist across pages (``st.session_state``),
+cached loaders (models/index/fitted defenses once per process via ``st.cache_resource``; data via
+``st.cache_data``) and :func:`page_guard`, which turns any exception into a friendly message."""
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import streamlit as st
+
+from sieve.dashboard import service as S
+from sieve.dashboard.safe import md_escape, scrub_secrets
+
+if TYPE_CHECKING:
+    from sieve.corpus import Dataset
+    from sieve.defenses.base import Defense
+    from sieve.index import VectorIndex
+    from sieve.resources import Resources
+
+DEFAULTS: dict[str, Any] = {
+    "dataset_path": None,          # filled from service.default_dataset_path()
+    "uploaded_dataset": None,      # a Dataset built from an uploaded corpus file
+    "condition": S.CLEAN,
+    "defenses": list(S.DEFAULT_DEFENSES),
+    "params": {},                  # {defense: {param: value}} chosen on the explorer / trade-offs
+    "k_ctx": 5,
+    "run_dir": None,
+    "query_text": "",
+    "query_id": "",
+}
+
+
+def init_state() -> None:
+    """Fill missing session keys with defaults (idempotent; called by every page)."""
+    for k, v in DEFAULTS.items():
+        if k not in st.session_state:
+            st.session_state[k] = json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v
+    if st.session_state["dataset_path"] is None:
+        st.session_state["dataset_path"] = str(S.default_dataset_path())
+    if st.session_state["run_dir"] is None:
+        st.session_state["run_dir"] = str(S.default_run_dir())
+
+
+# ---- error guard --------------------------------------------------------------------------------
+def friendly(e: BaseException) -> str:
+    """A one-paragraph message for an exception (domain errors carry their own clear text)."""
+    from sieve.corpus import DatasetError
+    from sieve.models.errors import LLMError, ModelError, ModelNotInstalledError
+
+    msg = md_escape(scrub_secrets(str(e)) or type(e).__name__)
+    if isinstance(e, DatasetError):
+        return f"The dataset could not be loaded:\n\n{msg}\n\nFix the file(s) named above or choose another dataset on the Corpus & index page."
+    if isinstance(e, ModelNotInstalledError):
+        return f"A model is not installed: {msg}"
+    if isinstance(e, LLMError):
+        return f"The LLM call failed: {msg}. Check the endpoint settings (or use the local model) and try again."
+    if isinstance(e, ModelError):
+        return f"A model could not be loaded: {msg}"
+    if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+        return f"Path not found: {msg}"
+    return f"Something went wrong ({type(e).__name__}): {msg}"
+
+
+@contextmanager
+def page_guard(title: str) -> Iterator[None]:
+    """Run a page body; any exception becomes ``st.error`` with details (secrets scrubbed) in an
+    expander, never a raw traceback."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - this is the last line of defence of a page
+        st.error(f"{title}: " + friendly(e))
+        with st.expander("Details"):
+            st.code(scrub_secrets("".join(traceback.format_exception_only(type(e), e))
+                                  + "".join(traceback.format_tb(e.__traceback__)[-6:])), language=None)
+
+
+def show_error(prefix: str, e: BaseException) -> None:
+    st.error(f"{prefix}: " + friendly(e))
+
+
+# ---- cached loaders ---------------------------------------------------------------------------
+def _mtime_key(path: str) -> str:
+    p = Path(path)
+    try:
+        files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
+        return ";".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
+    except OSError:
+        return "missing"
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _dataset(path: str, mtime_key: str) -> "Dataset":
+    return S.load_dataset(path)
+
+
+def dataset() -> "Dataset":
+    """The active dataset (an uploaded corpus, or the dataset directory in ``dataset_path``)."""
+    init_state()
+    up = st.session_state.get("uploaded_dataset")
+    if up is not None:
+        return up
+    path = st.session_state["dataset_path"]
+    return _dataset(path, _mtime_key(path))
+
+
+@st.cache_resource(show_spinner=False)
+def _real_resources() -> "Resources":
+    return S.make_resources(tiny=False)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _tiny_resources(corpus_key: str, _texts: tuple[str, ...]) -> "Resources":
+    return S.make_resources(tiny=True, corpus_texts=_texts)
+
+
+def resources() -> "Resources":
+    """Models once per process (real) or per corpus (tiny test models)."""
+    if S.tiny_mode():
+        ds = dataset()
+        return _tiny_resources(ds.content_hash(), tuple(d.text for d in ds.documents))
+    return _real_resources()
+
+
+def _ds_key(ds: "Dataset") -> str:
+    return f"{ds.path}|{ds.content_hash()}|{'tiny' if S.tiny_mode() else 'real'}"
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _index(key: str, _ds: "Dataset", _res: "Resources") -> "VectorIndex":
+    return S.open_dataset_index(_ds, _res)
+
+
+def index() -> "VectorIndex":
+    ds = dataset()
+    return _index(_ds_key(ds), ds, resources())
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _view(key: str, condition: str, _ds: "Dataset", _index: "VectorIndex") -> "VectorIndex":
+    return S.condition_view(_index, _ds, condition)
+
+
+def view(condition: str) -> "VectorIndex":
+    ds = dataset()
+    return _view(_ds_key(ds), condition, ds, index())
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _defense(key: str, spec: str, params_json: str, condition: str, calib_json: str, _ds: "Dataset",
+             _view: "VectorIndex", _base: "VectorIndex", _res: "Resources") -> "Defense":
+    return S.prepare_defense(spec, json.loads(params_json), _view, _ds, _res, _base, json.loads(calib_json))
+
+
+def calibration() -> dict[str, dict[str, Any]]:
+    """Thresholds learned on the clean condition of the shipped run (used when the user sets none)."""
+    if S.tiny_mode():
+        return {}
+    return S.run_calibration(st.session_state.get("run_dir"))
+
+
+def defense(spec: str, condition: str, params: dict[str, Any] | None = None) -> "Defense":
+    """A prepared (fitted / calibrated) defense for ``condition``, cached per parameters."""
+    ds = dataset()
+    return _defense(_ds_key(ds), spec, json.dumps(params or {}, sort_keys=True), condition,
+                    json.dumps(calibration(), sort_keys=True), ds, view(condition), index(), resources())
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _audit(key: str, condition: str, _view: "VectorIndex") -> Any:
+    return S.rsg_audit(_view)
+
+
+def audit(condition: str) -> Any:
+    ds = dataset()
+    return _audit(_ds_key(ds), condition, view(condition))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def projection(content_key: str, method: str, _vectors: Any, n_neighbors: int = 15) -> Any:
+    """2-D projection cached by content hash (the vectors themselves are not hashed)."""
+    return S.project_2d(_vectors, method, n_neighbors=n_neighbors)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _run(path: str, mtime_key: str) -> S.RunData:
+    return S.load_run(path)
+
+
+def run(path: str) -> S.RunData:
+    return _run(path, _mtime_key(path))
+
+
+def ledger() -> Any:
+    p = S.ledger_path(None if S.tiny_mode() else resources())
+    return _ledger(str(p))
+
+
+@st.cache_resource(show_spinner=False)
+def _ledger(path: str) -> Any:
+    return S.open_ledger(path)
+
+
+def sidebar_status() -> None:
+    """Dataset / mode line in the sidebar (never secrets)."""
+    init_state()
+    with st.sidebar:
+        up = st.session_state.get("uploaded_dataset")
+        name = f"upload: {up.name}" if up is not None else Path(st.session_state["dataset_path"]).name
+        st.caption(f"Dataset: **{name}**  \nCondition: **{st.session_state['condition']}**"
+                   + ("  \nModels: tiny test models" if S.tiny_mode() else ""))
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,185 @@
+"""AppTest for every dashboard page (tiny in-process models via SIEVE_DASHBOARD_TINY), plus one
+page on the real demo with the real packaged models."""
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from _dashdata import INJECTION, ROOT, page
+
+TIMEOUT = 180
+
+
+def run_page(name: str) -> AppTest:
+    at = AppTest.from_file(page(name), default_timeout=TIMEOUT).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> list[str]:
+    return [t.value for t in at.text]
+
+
+def no_error(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.mark.parametrize("name", ["0_overview.py", "1_corpus.py", "2_explorer.py", "3_geometry.py", "4_tradeoffs.py",
+                                  "5_attack_lab.py", "6_alerts.py"])
+def test_every_page_renders(dash_env, name):
+    at = run_page(name)
+    no_error(at)
+    assert at.title, "every page has a title"
+
+
+def test_app_router_renders_default_page(dash_env):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    assert any("Sieve" in t.value for t in at.title)
+
+
+def test_overview_shows_run_table(dash_env):
+    at = run_page("0_overview.py")
+    assert [m.value for m in at.metric][:2] == ["30", "3"]          # 30 documents, 3 questions
+    df = at.dataframe[0].value
+    assert set(df["defense"]) == {"tris", "rsq"} and "pr_b" in set(df["attack"])
+
+
+def test_corpus_page_widgets_audit_and_bad_path(dash_env, tmp_path):
+    at = run_page("1_corpus.py")
+    assert at.radio(key="corpus_source") is not None
+    assert at.selectbox(key="audit_condition").options == ["clean", "pr_b"]
+    at.selectbox(key="audit_condition").set_value("pr_b").run()
+    no_error(at)
+    assert any(m.label == "poisons flagged" for m in at.metric)
+    # a bad path: a clear message naming the path, no traceback
+    at.radio(key="corpus_source").set_value("Dataset directory or file path").run()
+    at.text_input(key="path_input").set_value(str(tmp_path / "nope")).run()
+    at.button(key="load_path").click().run()
+    assert not at.exception
+    assert any("not found" in e.value and "nope" in e.value for e in at.error)
+    # a malformed corpus: file / line / field are listed
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "corpus.jsonl").write_text('{"id": "a", "text": "ok"}\n{"id": "b"}\n', encoding="utf-8")
+    at.text_input(key="path_input").set_value(str(bad)).run()
+    at.button(key="load_path").click().run()
+    assert not at.exception
+    problems = next(d.value for d in at.dataframe if "problem" in d.value.columns)
+    assert list(problems["line"]) == [2] and list(problems["field"]) == ["text"]
+
+
+def _explorer_on_injection(at: AppTest) -> AppTest:
+    at.selectbox(key="x_condition").set_value("pr_b").run()
+    labels = at.selectbox(key="q_pick").options
+    coffee = next(i for i, lab in enumerate(labels) if "q-coffee" in lab)
+    at.selectbox(key="q_pick").set_value(coffee).run()
+    no_error(at)
+    doc_opts = at.selectbox(key="x_doc").options
+    inj = next(i for i, lab in enumerate(doc_opts) if "attack:pr_b:q-coffee:0" in lab)
+    at.selectbox(key="x_doc").set_value(inj).run()
+    no_error(at)
+    return at
+
+
+def test_explorer_ranked_list_decisions_and_margins(dash_env):
+    at = run_page("2_explorer.py")
+    at = _explorer_on_injection(at)
+    table = at.dataframe[0].value
+    assert len(table) == 20 and list(table["rank"]) == list(range(1, 21))
+    for name in ("tris", "rsq", "rsg_rsq"):
+        assert name in table.columns and f"{name} margin" in table.columns
+    # RSQ scores ranks 1-5 only: margins exist there and are S − η_Q
+    assert table["rsq margin"].iloc[:5].notna().all() and table["rsq margin"].iloc[5:].isna().all()
+    assert set(table["rsq"].iloc[5:]) == {"not examined"}
+    assert (table["poison"] == "☠").sum() >= 3
+
+
+def test_explorer_renders_injection_text_literally(dash_env):
+    at = _explorer_on_injection(run_page("2_explorer.py"))
+    assert INJECTION in " ".join(texts(at)), "the poison text must appear verbatim in an st.text element"
+    for md in at.markdown:
+        assert "<img" not in md.value and "<script" not in md.value and "![x]" not in md.value
+    for el in at.get("html"):
+        body = el.proto.body
+        assert "<img" not in body and "<script" not in body
+
+
+def test_explorer_generate_answers_side_by_side(dash_env):
+    at = _explorer_on_injection(run_page("2_explorer.py"))
+    at.button(key="x_generate").click().run()
+    no_error(at)
+    captions = [c.value for c in at.caption]
+    assert any("attack succeeded" in c or "correct" in c or "neither" in c for c in captions)
+
+
+def test_tradeoffs_threshold_moves_metric(dash_env):
+    at = run_page("4_tradeoffs.py")
+    at.selectbox(key="t_def").set_value("rsq").run()
+    before = {m.label: m.value for m in at.metric}
+    slider = at.slider(key="t_rsq:RSQ")
+    slider.set_value(slider.min).run()       # η_Q at the smallest recorded score: everything scored is removed
+    no_error(at)
+    after = {m.label: m.value for m in at.metric}
+    assert after["clean removal"] != before["clean removal"]
+    assert float(after["clean removal"]) == 1.0
+
+
+def test_geometry_page_neighbourhood(dash_env):
+    at = run_page("3_geometry.py")
+    no_error(at)
+    assert at.radio(key="g_method").value == "PCA"
+    labels = [m.label for m in at.metric]
+    assert "D (density contrast)" in labels and "floor b_i" in labels
+
+
+def test_attack_lab_generates_into_sandbox(dash_env):
+    from sieve.dashboard.service import default_dataset_path
+
+    before = (default_dataset_path() / "corpus.jsonl").read_bytes()
+    at = run_page("5_attack_lab.py")
+    at.selectbox(key="lab_family").set_value("pr_b").run()
+    at.slider(key="lab_volume").set_value(3).run()
+    at.button(key="lab_generate").click().run()
+    no_error(at)
+    poisons = at.dataframe[0].value
+    assert len(poisons) == 3 and all(i.startswith("lab:attack:pr_b:") for i in poisons["id"])
+    responses = at.dataframe[1].value
+    assert "undefended" in set(responses["defense"])
+    at.button(key="lab_answers").click().run()
+    no_error(at)
+    assert (default_dataset_path() / "corpus.jsonl").read_bytes() == before   # demo files untouched
+
+
+def test_alerts_triage_flow(dash_env):
+    at = run_page("6_alerts.py")
+    at.selectbox(key="al_cond").set_value("pr_b").run()
+    at.button(key="al_audit").click().run()
+    no_error(at)
+    assert len(at.dataframe[0].value) >= 1
+    at.text_input(key="al_why").set_value("coordinated poison").run()
+    at.button(key="al_do_confirmed").click().run()
+    no_error(at)
+    from sieve.ledger import Ledger
+
+    with Ledger(dash_env["SIEVE_DASHBOARD_LEDGER"]) as led:
+        confirmed = led.alerts(state="confirmed")
+        assert confirmed and led.history(confirmed[0].alert_id)[-1].why == "coordinated poison"
+    assert at.get("download_button"), "CSV export button"
+
+
+@pytest.mark.realmodel
+def test_explorer_on_real_demo_with_real_models(monkeypatch):
+    """The real demo dataset and the packaged models (loaded once; several seconds)."""
+    from sieve.dashboard.service import DEMO_DIR
+
+    if not (DEMO_DIR / "corpus.jsonl").exists():
+        pytest.skip("demo_data/corpus.jsonl not built")
+    for k in ("SIEVE_DASHBOARD_TINY", "SIEVE_DASHBOARD_DATASET", "SIEVE_DASHBOARD_RUN", "SIEVE_DASHBOARD_LEDGER"):
+        monkeypatch.delenv(k, raising=False)
+    at = AppTest.from_file(page("2_explorer.py"), default_timeout=600).run()
+    no_error(at)
+    table = at.dataframe[0].value
+    assert len(table) == 20 and "rsq margin" in table.columns
+    assert table["rsq margin"].iloc[:5].notna().all()

@@ -1,0 +1,85 @@
+"""Serial composition (ALGORITHMS.md §5): merge, renumbering, refill, fallback, build_defense."""
+from __future__ import annotations
+
+import pytest
+
+from _tris_fakes import ranking_of, resources_with
+from sieve.defenses.base import Defense
+from sieve.defenses.perplexity import Perplexity
+from sieve.defenses.pipeline import Serial, build_defense
+from sieve.defenses.tris import TRIS
+from sieve.models.tiny import UnigramLM
+from sieve.types import Decision, Ranking
+
+
+class RemoveIds(Defense):
+    """Stub stage: removes fixed ids and records the rankings it saw."""
+
+    name = "stub"
+
+    def __init__(self, ids=(), label="stub"):  # noqa: ANN001
+        super().__init__(ids=tuple(ids))
+        self.registry_name = label
+        self.seen: list[Ranking] = []
+
+    def inspect(self, ranking, resources):  # noqa: ANN001
+        self.seen.append(ranking)
+        return [Decision(d.id, d.id in self.ids, "scored", float(d.id in self.ids), 0.5, layer=self.label,
+                         reason=f"rank {d.rank}") for d in ranking.documents]
+
+
+def test_serial_merge_renumber_and_refill():
+    r = ranking_of("q", [f"text {i}" for i in range(10)])
+    a, b = RemoveIds(["d1", "d3"], "a"), RemoveIds(["d2", "d3"], "b")
+    res = Serial([a, b]).apply(r, resources_with(), k_ctx=5)
+    seen = b.seen[0]
+    assert [d.id for d in seen.documents] == ["d0", "d2", "d4", "d5", "d6", "d7", "d8", "d9"]
+    assert [d.rank for d in seen.documents] == list(range(1, 9))        # renumbered survivors
+    assert res.removed_ids == ["d1", "d2", "d3"]
+    assert res.decision_for("d1").layer == "a" and res.decision_for("d3").layer == "a"  # first removal wins
+    assert res.decision_for("d2").layer == "b" and res.decision_for("d2").reason == "rank 2"
+    assert res.decision_for("d0").layer == "b"                            # kept: the last stage's decision
+    assert [c.id for c in res.context] == ["d0", "d4", "d5", "d6", "d7"]  # refill from the original ranking
+    assert [c.rank for c in res.context] == [1, 5, 6, 7, 8]               # original ranks, not rescored
+    assert res.layers_run == ["a:a", "b:b"]
+    assert res.defense == "a+b" and res.info["stages"] == ["a", "b"]
+
+
+def test_serial_fallback_and_skipped_stage():
+    r = ranking_of("q", ["x", "y"])
+    a, b = RemoveIds(["d0", "d1"], "a"), RemoveIds([], "b")
+    res = Serial([a, b]).apply(r, resources_with())
+    assert res.fallback_used and [c.id for c in res.context] == ["d0", "d1"]
+    assert b.seen == [] and res.info["skipped_stages"] == ["b"]
+    assert len(res.warnings) == 1
+
+
+def test_build_defense_specs_and_params():
+    assert isinstance(build_defense("tris"), TRIS)
+    s = build_defense("tris_l2+perplexity", **{"perplexity.threshold": 40.0})
+    assert isinstance(s, Serial) and s.label == "tris_l2+perplexity"
+    assert [st.label for st in s.stages] == ["tris_l2", "perplexity"]
+    assert s.threshold_param == "perplexity.threshold" and getattr(s, "perplexity.threshold") == 40.0
+    s.set_params(prefix_token_count=12)
+    assert s.stages[0].prefix_token_count == 12 and s.get_params()["tris_l2.prefix_token_count"] == 12
+    with pytest.raises(ValueError, match="bad defense spec"):
+        build_defense("tris+")
+    with pytest.raises(KeyError, match="unknown defense"):
+        build_defense("tris+nope")
+    with pytest.raises(ValueError, match="no stage has"):
+        s.set_params(nonexistent=1)
+
+
+def test_serial_calibrates_stage_on_its_own_survivors():
+    corpus = ["the capital of france is paris", "paris is a city in france", "france is in europe"]
+    res = resources_with(lm=UnigramLM(corpus))
+    s = build_defense("tris_l2+perplexity")
+    assert getattr(s, "perplexity.threshold") is None
+    q = "capital of france"
+    # d0 repeats the query (L2 removes it), so perplexity never sees it during calibration
+    clean = [ranking_of(q, ["capital of france capital of france zzz qqq"] + corpus)]
+    s.calibrate(clean, res, clean_budget=0.05)
+    p = s.stages[1]
+    expected = max(Perplexity(threshold=1.0).score_text(t, res) for t in corpus)
+    assert p.threshold > expected and p.threshold < expected * (1 + 1e-12)
+    assert s.threshold_ == p.threshold
