@@ -56,6 +56,18 @@ def _load(dataset_dir: Path) -> "Dataset":
     return load_dataset(dataset_dir)
 
 
+def _sigterm_as_interrupt() -> None:
+    """Make ``kill`` (SIGTERM) stop a run like Ctrl-C: records flushed, summary recomputed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        def _raise(signum, frame):  # noqa: ANN001, ARG001
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _raise)
+
+
 @app.command("eval")
 @user_errors
 def eval_command(
@@ -89,6 +101,7 @@ def eval_command(
     res = _resources(cfg, ds)
     command = shlex.join(["sieve", *sys.argv[1:]]) if sys.argv and "sieve" in Path(sys.argv[0]).name else \
         shlex.join(["sieve", "eval", str(dataset_dir), "--out", str(out)])
+    _sigterm_as_interrupt()
     try:
         summary = run_eval(ds, out, res, defenses=_split(defenses), attacks=_split(attacks), generate=generate,
                            k_ctx=k_ctx, depth=depth, seed=seed, calibration=calibration, force=force,

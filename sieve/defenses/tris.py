@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sieve.defenses.base import Defense, finalize_context
-from sieve.defenses.l3 import L3_VARIANTS, L3Outcome, make_verifier, skipped_outcome
+from sieve.defenses.l3 import L3_VARIANTS, DocVerdict, L3Outcome, make_verifier, skipped_outcome
 from sieve.defenses.text import ngram_set, word_tokens
 from sieve.registry import DEFENSES
 from sieve.types import Decision, DefenseResult, RankedDocument, Ranking
@@ -184,6 +184,13 @@ class TRIS(Defense):
       Without an LLM (``resources.llm is None``) L3 is ``skipped`` with reason "no LLM configured".
     * ``context_mode``: ``refill`` (default, DESIGN.md: first ``k_ctx`` survivors) or
       ``all_survivors`` (TRIS's variable-length context, §1.6; ``k_ctx`` ignored).
+    * ``l3_scope``: ``context`` (default, Sieve product decision) — L3 verifies L2's survivors in rank
+      order until ``k_ctx`` of them are kept, i.e. exactly the documents that reach the generator
+      (a removal pulls the next survivor in and verifies it too); the rest get status ``skipped``
+      ("outside the generation context"). ``all`` — the source behaviour (§2.4: every survivor,
+      1 + |working set| LLM calls; up to 50 calls per query at k = 50). ``context`` costs about
+      1 + k_ctx calls and judges the same context documents; with ``context_mode="all_survivors"``
+      the scope is always ``all``.
 
     Everything filtered → unfiltered fallback with a warning (§2.5, DESIGN.md).
     """
@@ -195,7 +202,10 @@ class TRIS(Defense):
     def __init__(self, use_l1: bool = True, use_l2: bool = True, cluster_count: int = 2,
                  prefix_token_count: int = 20, jaccard_threshold: float = 0.8, ngram_threshold: float = 0.8,
                  l3_mode: str = "adaptive", l3_variant: str = "auto", l3_confidence_threshold: float = 4.0,
-                 l3_delta_threshold: float = 1.0, context_mode: str = "refill") -> None:
+                 l3_delta_threshold: float = 1.0, context_mode: str = "refill", l3_scope: str = "context",
+                 k_ctx: int = 5) -> None:
+        if l3_scope not in ("context", "all"):
+            raise ValueError(f"tris: l3_scope must be 'context' or 'all'; got {l3_scope!r}")
         if l3_mode not in L3_MODES:
             raise ValueError(f"tris: l3_mode must be one of {', '.join(L3_MODES)}; got {l3_mode!r}")
         if l3_variant not in L3_VARIANTS:
@@ -208,7 +218,7 @@ class TRIS(Defense):
                          prefix_token_count=prefix_token_count, jaccard_threshold=jaccard_threshold,
                          ngram_threshold=ngram_threshold, l3_mode=l3_mode, l3_variant=l3_variant,
                          l3_confidence_threshold=l3_confidence_threshold, l3_delta_threshold=l3_delta_threshold,
-                         context_mode=context_mode)
+                         context_mode=context_mode, l3_scope=l3_scope, k_ctx=k_ctx)
 
     # -- L3 gating ---------------------------------------------------------------------------
     def l3_should_run(self, l1_removed: int, l2_removed: int, working: int) -> tuple[bool, str]:
@@ -230,14 +240,14 @@ class TRIS(Defense):
 
     # -- protocol ------------------------------------------------------------------------------
     def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return self._run(ranking, resources)[0]
+        return self._run(ranking, resources, self.k_ctx)[0]
 
     def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = 5) -> DefenseResult:
-        decisions, layers, latency, info = self._run(ranking, resources)
+        decisions, layers, latency, info = self._run(ranking, resources, k_ctx)
         k = None if self.context_mode == "all_survivors" else k_ctx
         return finalize_context(self.label, ranking, decisions, k, layers_run=layers, latency_ms=latency, info=info)
 
-    def _run(self, ranking: Ranking, resources: "Resources"
+    def _run(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = 5
              ) -> tuple[list[Decision], list[str], dict[str, float], dict[str, Any]]:
         t_start = time.perf_counter()
         docs = ranking.documents
@@ -307,7 +317,7 @@ class TRIS(Defense):
                 t = time.perf_counter()
                 verifier = make_verifier(llm, self.l3_variant, confidence_threshold=self.l3_confidence_threshold,
                                          delta_threshold=self.l3_delta_threshold)
-                outcome = verifier.verify(ranking.query, work_docs)
+                outcome = self._verify(verifier, ranking.query, work_docs, k_ctx)
                 latency["L3"] = (time.perf_counter() - t) * 1000
                 layers.append("L3")
         self._merge_l3(outcome, working, docs, decisions, evidence, removed_count)
@@ -320,6 +330,30 @@ class TRIS(Defense):
                  for i, d in enumerate(decisions)]
         latency["total"] = (time.perf_counter() - t_start) * 1000
         return final, layers, latency, info
+
+    def _verify(self, verifier: Any, query: str, work_docs: list[RankedDocument], k_ctx: int | None) -> L3Outcome:
+        """Run the verifier over the whole working set (``l3_scope="all"``) or only over the documents
+        that reach the generation context (``"context"``): verify the first ``k_ctx`` survivors, and
+        while some are removed, verify the next ones that refill their places."""
+        if self.l3_scope == "all" or self.context_mode == "all_survivors" or not k_ctx:
+            return verifier.verify(query, work_docs)
+        verdicts: dict[str, Any] = {}
+        outcomes: list[L3Outcome] = []
+        pos, kept = 0, 0
+        while pos < len(work_docs) and kept < k_ctx:
+            batch = work_docs[pos:pos + (k_ctx - kept)]
+            pos += len(batch)
+            out = verifier.verify(query, batch)
+            outcomes.append(out)
+            for v in out.verdicts:
+                verdicts[v.doc_id] = v
+                kept += int(not v.removed)
+        first = outcomes[0]
+        reason = "outside the generation context (l3_scope='context'); not verified"
+        merged = [verdicts.get(d.id) or DocVerdict(d.id, False, "skipped", reason=reason) for d in work_docs]
+        status = "ran" if any(o.status == "ran" for o in outcomes) else first.status
+        return L3Outcome(status, first.backend, first.reason, merged, first.internal_answer,
+                         sum(o.llm_calls for o in outcomes), {**first.info, "l3_rounds": len(outcomes)})
 
     @staticmethod
     def _merge_l3(outcome: L3Outcome, working: list[int], docs: list[RankedDocument],

@@ -157,7 +157,7 @@ def test_adaptive_runs_l3_only_when_exactly_one_layer_removed():
     texts = clean + [POISON, PARAPHRASED]
     llm = _verdict_llm()
     # L1 off via C=1 (removes nothing), L2 removes the prefix poison -> layers disagree -> L3 runs
-    res = TRIS(cluster_count=1).apply(ranking_of(QUERY, texts), resources_with(llm=llm))
+    res = TRIS(cluster_count=1, l3_scope="all").apply(ranking_of(QUERY, texts), resources_with(llm=llm))
     assert res.info["l3_status"] == "ran" and res.layers_run == ["L1", "L2", "L3"]
     assert res.removed_ids == ["d6", "d7"]              # d6 by L2, the paraphrase d7 by L3
     assert res.decisions[6].layer == "L2" and res.decisions[7].layer == "L3"
@@ -171,7 +171,7 @@ def test_adaptive_runs_l3_only_when_exactly_one_layer_removed():
     assert "agree" in res2.info["l3_reason"]
     # always-on (tris_full) runs it regardless
     llm3 = _verdict_llm()
-    res3 = DEFENSES.create("tris_full", cluster_count=1).apply(ranking_of(QUERY, clean + [PARAPHRASED]),
+    res3 = DEFENSES.create("tris_full", cluster_count=1, l3_scope="all").apply(ranking_of(QUERY, clean + [PARAPHRASED]),
                                                                resources_with(llm=llm3))
     assert res3.removed_ids == ["d6"] and len(llm3.calls) == 8
 
@@ -209,3 +209,18 @@ def test_bad_parameters_are_rejected_by_name():
     with pytest.raises(ValueError, match="context_mode"):
         TRIS(context_mode="fixed")
     assert TRIS().get_params()["cluster_count"] == 2
+
+
+def test_l3_context_scope_verifies_only_documents_that_reach_the_generator():
+    clean = [f"Jane Austen wrote novel number {i} of the Regency era." for i in range(6)]
+    texts = [clean[0], PARAPHRASED] + clean[1:] + [POISON]     # L2 removes POISON -> adaptive L3 runs
+    llm = _verdict_llm()
+    res = TRIS(cluster_count=1).apply(ranking_of(QUERY, texts), resources_with(llm=llm), k_ctx=5)
+    # round 1 judges the first 5 survivors and removes the paraphrase; round 2 judges its refill (d6)
+    assert res.removed_ids == ["d1", "d7"]
+    assert [d.id for d in res.context] == ["d0", "d2", "d3", "d4", "d5"]
+    assert len(llm.calls) == (1 + 5) + (1 + 1)
+    d6 = res.decisions[6]       # never reached the context: keeps its L2 decision, L3 skip recorded
+    assert d6.layer == "L2" and not d6.removed
+    assert d6.evidence["L3"]["status"] == "skipped" and "outside the generation context" in d6.evidence["L3"]["reason"]
+    assert res.info["removed"] == {"L1": 0, "L2": 1, "L3": 1}

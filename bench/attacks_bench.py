@@ -1,0 +1,112 @@
+"""Attack effectiveness on the demo knowledge base with the default retriever (all-mpnet-base-v2).
+
+    .venv/bin/python bench/attacks_bench.py [--data demo_data] [--depth 50] [--live-pr-w 4]
+
+For each attack family in ``<data>/attacks.jsonl`` (families missing there, except pr_w and
+paraphrase, are generated in memory), the attack condition = clean corpus + *all* documents of
+the family (other targets' poisons compete, as in PoisonedRAG). Per target: the rank of its best
+own poison in the top-``depth``. Prints, per family:
+
+* ``hit@5``: fraction of targets with ≥ 1 own poison in the top-5;
+* ``poisons@5``: mean number of own poisons in the top-5;
+* ``best rank``: mean best own-poison rank (poisons beyond the depth count as depth + 1);
+* pr_w: mean similarity before → after HotFlip and seconds per target, from the documents'
+  metadata (as generated) and, with ``--live-pr-w N``, re-measured now on the first N targets.
+
+forced_top documents are placed with :func:`sieve.attacks.placement.force_top` (not retrieved).
+Nothing is asserted; numbers depend on the load of the machine (2 shared CPU cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sieve.attacks import ATTACKS, force_top, generate_attack, is_forced_top  # noqa: E402
+from sieve.config import SieveConfig  # noqa: E402
+from sieve.corpus import load_dataset  # noqa: E402
+from sieve.index import open_index  # noqa: E402
+from sieve.resources import Resources  # noqa: E402
+
+
+def family_effectiveness(base, records, depth: int) -> dict[str, float]:
+    forced = bool(records) and is_forced_top(records[0])
+    docs = [d for r in records for d in r.documents]
+    index = base if forced else base.with_documents(docs)
+    hits, n5, best = [], [], []
+    for r in records:
+        own = {d.id for d in r.documents}
+        if forced:
+            ranking = force_top(base.rank(r.query, depth, r.query_id), list(r.documents), depth=depth)
+        else:
+            ranking = index.rank(r.query, depth, r.query_id, condition=r.attack)
+        ranks = [d.rank for d in ranking.documents if d.id in own]
+        hits.append(any(x <= 5 for x in ranks))
+        n5.append(sum(x <= 5 for x in ranks))
+        best.append(min(ranks) if ranks else depth + 1)
+    return {"targets": len(records), "hit@5": float(np.mean(hits)), "poisons@5": float(np.mean(n5)),
+            "best_rank": float(np.mean(best))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="attack effectiveness benchmark")
+    ap.add_argument("--data", type=Path, default=ROOT / "demo_data")
+    ap.add_argument("--depth", type=int, default=50)
+    ap.add_argument("--live-pr-w", type=int, default=0, help="re-run pr_w on the first N targets and time it")
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--candidates", type=int, default=24)
+    args = ap.parse_args(argv)
+
+    if not (args.data / "corpus.jsonl").exists():
+        print(f"skipped: no dataset at {args.data}")
+        return 0
+    ds = load_dataset(args.data)
+    res = Resources(SieveConfig.load())
+    t0 = time.perf_counter()
+    base = open_index(ds, res, progress=False)
+    print(f"index: {len(base.ids)} documents, retriever {base.model_id} ({time.perf_counter() - t0:.1f} s)")
+    by_family = {f: [r for r in ds.attacks if r.attack == f] for f in ds.attack_families()}
+    for fam in ATTACKS.names():
+        if fam not in by_family and fam not in ("pr_w", "paraphrase") and ds.targets:
+            by_family[fam] = generate_attack(fam, ds.targets, res).records
+
+    print(f"\n{'family':<14}{'targets':>8}{'hit@5':>8}{'poisons@5':>11}{'best rank':>11}")
+    for fam, records in by_family.items():
+        if not records:
+            continue
+        m = family_effectiveness(base, records, args.depth)
+        print(f"{fam:<14}{m['targets']:>8}{m['hit@5']:>8.2f}{m['poisons@5']:>11.2f}{m['best_rank']:>11.2f}")
+
+    prw = by_family.get("pr_w") or []
+    metas = [d.metadata for r in prw for d in r.documents[:5]]
+    if metas and "similarity_before" in metas[0]:
+        b = np.mean([m["similarity_before"] for m in metas])
+        a = np.mean([m["similarity_after"] for m in metas])
+        secs = np.mean([r.documents[0].metadata.get("seconds_per_target", np.nan) for r in prw])
+        print(f"\npr_w (as generated, {metas[0].get('iterations')} it × {metas[0].get('candidates')} cand): "
+              f"similarity {b:.4f} -> {a:.4f} (gain {a - b:+.4f}), improved "
+              f"{np.mean([m['hotflip_improved'] for m in metas]):.0%}, {secs:.1f} s/target")
+    if args.live_pr_w and ds.targets:
+        out = generate_attack("pr_w", ds.targets[: args.live_pr_w], res, iterations=args.iterations,
+                              candidates=args.candidates, progress=False)
+        st = out.stats
+        print(f"pr_w live ({args.live_pr_w} targets, {args.iterations} it × {args.candidates} cand): similarity "
+              f"{st['mean_similarity_before']:.4f} -> {st['mean_similarity_after']:.4f} "
+              f"(gain {st['mean_similarity_gain']:+.4f}), {st['seconds_per_target']:.1f} s/target")
+        live = family_effectiveness(base, out.records, args.depth)
+        pr_b = family_effectiveness(base, generate_attack("pr_b", ds.targets[: args.live_pr_w], res).records, args.depth)
+        print(f"  same targets, own family only: pr_b best rank {pr_b['best_rank']:.2f} hit@5 {pr_b['hit@5']:.2f}"
+              f" | pr_w best rank {live['best_rank']:.2f} hit@5 {live['hit@5']:.2f}")
+    print(json.dumps({"depth": args.depth}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
