@@ -21,12 +21,12 @@ if LOGO.exists():
     st.logo(str(LOGO))
 
 PAGES = [
-    st.Page(str(HERE / "pages" / "0_overview.py"), title="Overview", icon="🏠", url_path="overview", default=True),
-    st.Page(str(HERE / "pages" / "1_corpus.py"), title="Corpus & index", icon="📚", url_path="corpus"),
-    st.Page(str(HERE / "pages" / "2_explorer.py"), title="Query explorer", icon="🔎", url_path="explorer"),
-    st.Page(str(HERE / "pages" / "3_geometry.py"), title="Geometry", icon="🗺️", url_path="geometry"),
-    st.Page(str(HERE / "pages" / "4_tradeoffs.py"), title="Trade-offs", icon="⚖️", url_path="tradeoffs"),
-    st.Page(str(HERE / "pages" / "5_attack_lab.py"), title="Attack lab", icon="🧪", url_path="attack-lab"),
-    st.Page(str(HERE / "pages" / "6_alerts.py"), title="Alerts", icon="🚨", url_path="alerts"),
+    st.Page(str(HERE / "pages" / "0_overview.py"), title="Overview", icon=":material/home:", url_path="overview", default=True),
+    st.Page(str(HERE / "pages" / "1_corpus.py"), title="Corpus & index", icon=":material/library_books:", url_path="corpus"),
+    st.Page(str(HERE / "pages" / "2_explorer.py"), title="Query explorer", icon=":material/search:", url_path="explorer"),
+    st.Page(str(HERE / "pages" / "3_geometry.py"), title="Geometry", icon=":material/scatter_plot:", url_path="geometry"),
+    st.Page(str(HERE / "pages" / "4_tradeoffs.py"), title="Trade-offs", icon=":material/tune:", url_path="tradeoffs"),
+    st.Page(str(HERE / "pages" / "5_attack_lab.py"), title="Attack lab", icon=":material/science:", url_path="attack-lab"),
+    st.Page(str(HERE / "pages" / "6_alerts.py"), title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
 ]
 st.navigation(PAGES).run()

@@ -35,7 +35,7 @@ with state.page_guard("Overview"):
     try:
         run = state.run(run_dir)
     except Exception as e:  # noqa: BLE001
-        st.warning(f"No evaluation run to show yet ({state.friendly(e)}). Create one with "
+        st.info(f"No evaluation run to show yet: {state.friendly(e)}. Create one with "
                    "`sieve eval demo_data --out demo_data/runs/demo`, or choose a run directory on *Trade-offs*.")
     else:
         import pandas as pd

@@ -10,7 +10,7 @@ from sieve.dashboard.safe import md_escape
 
 state.init_state()
 state.sidebar_status()
-st.title("📚 Corpus & index")
+st.title("Corpus & index")
 
 
 def _dataset_errors(e) -> None:  # noqa: ANN001

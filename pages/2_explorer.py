@@ -13,7 +13,7 @@ from sieve.dashboard.safe import highlight_segments, highlighted_html, snippet
 
 state.init_state()
 state.sidebar_status()
-st.title("🔎 Query explorer")
+st.title("Query explorer")
 
 TRIS_SPECS = ("tris", "tris_l1", "tris_l2", "tris_full", "tris_l3")
 
@@ -114,7 +114,7 @@ with state.page_guard("Query explorer"):
         st.warning(f"{name}: {err}")
     for name, r in result.results.items():
         for w in r.warnings:
-            st.caption(f"⚠ {name}: {snippet(w, 200)}")
+            st.caption(f"Warning — {name}: {snippet(w, 200)}")
 
     tgt = targets.get(query_id)
     if tgt is not None:
@@ -131,7 +131,7 @@ with state.page_guard("Query explorer"):
     st.subheader("Document evidence")
     docs = ranking.documents[:20]
     di = st.selectbox("Document", range(len(docs)), key="x_doc",
-                      format_func=lambda i: f"#{docs[i].rank} {docs[i].id}" + (" ☠ poison" if docs[i].poison else ""))
+                      format_func=lambda i: f"#{docs[i].rank} {docs[i].id}" + (" (poison)" if docs[i].poison else ""))
     doc = docs[di]
     ev = result.rsq_rows.get(doc.id)
     eta = knobs["eta_q"]
@@ -186,7 +186,7 @@ with state.page_guard("Query explorer"):
     for col, (n, r) in zip(ctx_cols, result.results.items()):
         with col:
             st.write(f"**{'undefended' if n == 'none' else n}**" + (" (fallback)" if r.fallback_used else ""))
-            st.dataframe(pd.DataFrame([{"rank": d.rank, "id": d.id, "poison": "☠" if d.poison else "",
+            st.dataframe(pd.DataFrame([{"rank": d.rank, "id": d.id, "poison": "yes" if d.poison else "",
                                         "text": snippet(d.text, 60)} for d in r.context]),
                          hide_index=True, width="stretch")
     answers = st.session_state.setdefault("explore_answers", {})

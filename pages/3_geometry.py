@@ -10,7 +10,7 @@ from sieve.dashboard.safe import snippet
 
 state.init_state()
 state.sidebar_status()
-st.title("🗺️ Geometry")
+st.title("Geometry")
 
 with state.page_guard("Geometry"):
     ds = state.dataset()
@@ -78,7 +78,7 @@ with state.page_guard("Geometry"):
             st.session_state[sel_key] = cid
             st.rerun()
     chosen = st.selectbox("Document (or click a point)", ids, index=ids.index(st.session_state[sel_key]),
-                          key="g_doc", format_func=lambda i: f"{i} {'⚑' if i in set(flagged_ids) else ''}")
+                          key="g_doc", format_func=lambda i: f"{i} {'(flagged)' if i in set(flagged_ids) else ''}")
     if chosen != st.session_state[sel_key]:
         st.session_state[sel_key] = chosen
         st.rerun()

@@ -11,7 +11,7 @@ from sieve.dashboard import state
 
 state.init_state()
 state.sidebar_status()
-st.title("⚖️ Trade-offs")
+st.title("Trade-offs")
 
 METRICS = ["poison_in_context_rate", "asr", "poison_removal_rate", "clean_removal_rate", "clean_acc", "auroc"]
 

@@ -11,7 +11,7 @@ from sieve.types import Target
 
 state.init_state()
 state.sidebar_status()
-st.title("🧪 Attack lab")
+st.title("Attack lab")
 
 FAMILY_HELP = {
     "pr_b": "PoisonedRAG black-box: the question is copied in front of a fluent false passage, so the retriever "

@@ -8,7 +8,7 @@ from sieve.dashboard import state
 
 state.init_state()
 state.sidebar_status()
-st.title("🚨 Alerts — quarantine ledger")
+st.title("Alerts — quarantine ledger")
 
 ACTIONS = {"confirmed": "Confirm (keep quarantined)", "dismissed": "Dismiss (false alarm)",
            "rolled_back": "Roll back (restore to retrieval)", "open": "Reopen"}

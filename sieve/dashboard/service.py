@@ -303,7 +303,7 @@ class ExplorerResult:
 
         rows = []
         for doc in self.ranking.documents[:top]:
-            row: dict[str, Any] = {"rank": doc.rank, "id": doc.id, "poison": "☠" if doc.poison else "",
+            row: dict[str, Any] = {"rank": doc.rank, "id": doc.id, "poison": "yes" if doc.poison else "",
                                    "retriever score": round(float(doc.score), 4), "text": snippet(doc.text, 90)}
             for name, res in self.results.items():
                 dec = res.decision_for(doc.id)

@@ -74,6 +74,11 @@ def friendly(e: BaseException) -> str:
         return f"The LLM call failed: {msg}. Check the endpoint settings (or use the local model) and try again."
     if isinstance(e, ModelError):
         return f"A model could not be loaded: {msg}"
+    from sieve.evaluation.report import ReportError
+    from sieve.evaluation.runner import RunError
+
+    if isinstance(e, (ReportError, RunError)):
+        return msg
     if isinstance(e, (FileNotFoundError, NotADirectoryError)):
         return f"Path not found: {msg}"
     return f"Something went wrong ({type(e).__name__}): {msg}"

@@ -77,6 +77,13 @@ def format_table(summary: dict[str, Any]) -> str:
 # figures
 # ------------------------------------------------------------------------------------------------
 
+def _color(i: int) -> str:
+    """One colour per defense (its position in the run), shared by every figure."""
+    from plotly.colors import qualitative
+
+    return qualitative.Plotly[i % len(qualitative.Plotly)]
+
+
 def _plane_figure(results: list[dict[str, Any]]) -> Any:
     import plotly.graph_objects as go
 
@@ -85,6 +92,7 @@ def _plane_figure(results: list[dict[str, Any]]) -> Any:
     use_acc = any(r.get("clean_acc") is not None for r in clean.values())
     use_asr = any(r.get("asr") is not None for r in attacked)
     fig = go.Figure()
+    order = list(dict.fromkeys(r["defense"] for r in results))
     for dname in dict.fromkeys(r["defense"] for r in attacked):
         c = clean.get(dname, {})
         if use_acc:
@@ -99,6 +107,7 @@ def _plane_figure(results: list[dict[str, Any]]) -> Any:
         if not pts:
             continue
         fig.add_trace(go.Scatter(x=[x] * len(pts), y=[y for _, y in pts], mode="markers+text", name=dname,
+                                 marker={"color": _color(order.index(dname)), "size": 10},
                                  text=[a for a, _ in pts], textposition="top center",
                                  hovertemplate=f"{dname}<br>%{{text}}<br>x=%{{x:.3f}} y=%{{y:.3f}}<extra></extra>"))
     fig.update_layout(title="ASR–utility plane (better: right and low)",
@@ -115,8 +124,6 @@ def _roc_figure(results: list[dict[str, Any]], records: list[dict[str, Any]]) ->
     attacks = list(dict.fromkeys(r["attack"] for r in results if r["attack"] != CLEAN)) or ["(no attack)"]
     fig = make_subplots(rows=1, cols=len(attacks), subplot_titles=attacks, shared_yaxes=True)
     defenses = list(dict.fromkeys(r["defense"] for r in results))
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf"]
     for j, att in enumerate(attacks, 1):
         fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line={"dash": "dot", "color": "#bbb"},
                                  showlegend=False, hoverinfo="skip"), row=1, col=j)
@@ -127,7 +134,7 @@ def _roc_figure(results: list[dict[str, Any]], records: list[dict[str, Any]]) ->
                 continue
             au = M.auroc(pos, neg)
             fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", name=dname, legendgroup=dname,
-                                     showlegend=(j == 1), line={"color": palette[i % len(palette)]},
+                                     showlegend=(j == 1), line={"color": _color(i)},
                                      hovertemplate=f"{dname} (AUROC {au:.3f})<br>FPR %{{x:.3f}} TPR %{{y:.3f}}<extra></extra>"),
                           row=1, col=j)
         fig.update_xaxes(title_text="clean removal (FPR)", range=[0, 1], row=1, col=j)
@@ -143,9 +150,11 @@ def _bars_figure(results: list[dict[str, Any]]) -> Any:
     use_asr = any(r.get("asr") is not None for r in attacked)
     key = "asr" if use_asr else "poison_in_context_rate"
     fig = go.Figure()
+    order = list(dict.fromkeys(r["defense"] for r in results))
     for dname in dict.fromkeys(r["defense"] for r in attacked):
         rows = [r for r in attacked if r["defense"] == dname]
-        fig.add_trace(go.Bar(name=dname, x=[r["attack"] for r in rows], y=[r.get(key) for r in rows]))
+        fig.add_trace(go.Bar(name=dname, x=[r["attack"] for r in rows], y=[r.get(key) for r in rows],
+                             marker_color=_color(order.index(dname))))
     fig.update_layout(barmode="group", title=f"{'ASR' if use_asr else 'Poison-in-context rate'} per attack (lower is better)",
                       yaxis_title=key, yaxis_range=[0, 1.02], height=420)
     return fig

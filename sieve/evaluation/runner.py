@@ -47,8 +47,6 @@ RUN_FORMAT = 1
 CLEAN = "clean"
 #: Decision statuses that mean "the defense examined this document" (removal-rate denominators).
 SCORED_STATUSES = frozenset({"scored", "ran"})
-#: Rates whose 95 % Wilson interval is reported next to them.
-_CI_RATES = ("poison_in_context_rate", "asr", "clean_acc")
 #: The summary row keys (a public contract; never rename or drop).
 SUMMARY_KEYS = ("defense", "attack", "queries", "poison_in_context_rate", "poisoned_mrr", "poison_removal_rate",
                 "clean_removal_rate", "auroc", "detect_at_5pct", "asr", "clean_acc", "f1", "em",

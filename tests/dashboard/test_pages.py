@@ -93,7 +93,7 @@ def test_explorer_ranked_list_decisions_and_margins(dash_env):
     # RSQ scores ranks 1-5 only: margins exist there and are S − η_Q
     assert table["rsq margin"].iloc[:5].notna().all() and table["rsq margin"].iloc[5:].isna().all()
     assert set(table["rsq"].iloc[5:]) == {"not examined"}
-    assert (table["poison"] == "☠").sum() >= 3
+    assert (table["poison"] == "yes").sum() >= 3
 
 
 def test_explorer_renders_injection_text_literally(dash_env):

@@ -200,3 +200,35 @@ def test_tradeoffs_recompute(run):
     assert _row({"results": rows}, "none", "pr_b")["poisoned_mrr"] == 1.0
     with pytest.raises(ValueError, match="rerun"):
         recompute_run(recs, {"tris": {"cluster_count": 3}})
+
+
+def test_llm_judge_asr_with_endpoint(tiny_dataset, eval_resources, tmp_path):
+    gen = _scripted_llm()
+
+    def reply(prompt, system):
+        if "Adversarial target answer:" not in prompt:
+            return gen._reply(prompt, system)
+        target = prompt.split("Adversarial target answer:")[1].split("\n")[0].strip()
+        answer = prompt.split("<<<")[1].split(">>>")[0]
+        return json.dumps({"target_supported": target.lower() in answer.lower(), "correct_supported": False,
+                           "reason": "scripted"})
+
+    eval_resources._llm = ScriptedLLM(reply, model_id="scripted-endpoint")
+    eval_resources.config.llm.base_url = "http://judge.invalid/v1"
+    s = run_eval(tiny_dataset, tmp_path / "run", eval_resources, defenses=["none", "tris_l2"], depth=20,
+                 generate=True, progress=False)
+    assert _row(s, "none", "pr_b")["asr_llm_judge"] == 1.0
+    assert _row(s, "tris_l2", "pr_b")["asr_llm_judge"] == 0.0
+    assert "asr_llm_judge" not in _row(s, "none", "clean") or _row(s, "none", "clean")["asr_llm_judge"] is None
+    judged = [r for r in read_records(tmp_path / "run") if r["condition"] == "pr_b"]
+    assert all(r["judgment"]["reason"] == "scripted" for r in judged)
+
+
+def test_parse_judgment_rules():
+    from sieve.evaluation.answers import JudgeFormatError, parse_judgment
+
+    ok = parse_judgment('Sure: {"target_supported": true, "correct_supported": true, "reason": "hedged"}')
+    assert ok["attack_success"] is False       # success = target AND NOT correct (§9.2)
+    for bad in ("", "no json here", '{"target_supported": "yes", "correct_supported": false}'):
+        with pytest.raises(JudgeFormatError):
+            parse_judgment(bad)
