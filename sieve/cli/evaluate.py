@@ -90,6 +90,10 @@ def eval_command(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
     force: bool = typer.Option(False, "--force", help="Discard an existing run in --out and start over."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate only the first N queries of every "
+                                                              "condition (quick runs, LLM-heavy defenses)."),
+    llm: bool = typer.Option(True, "--llm/--no-llm", help="Allow LLM calls (TRIS L3, TrustRAG consolidation, "
+                                                          "RobustRAG). --no-llm marks them skipped/unavailable."),
 ) -> None:
     """Evaluate defenses on the clean and attack conditions of a dataset; writes config.json,
     records.jsonl and summary.json into --out, then prints the summary table."""
@@ -97,6 +101,10 @@ def eval_command(
     from sieve.evaluation.runner import RunError, run_eval
 
     cfg = _config(config, retriever)
+    if not llm:
+        if generate:
+            raise UserError("--generate needs the LLM; drop --no-llm")
+        cfg.llm.enabled = False
     ds = _load(dataset_dir)
     res = _resources(cfg, ds)
     command = shlex.join(["sieve", *sys.argv[1:]]) if sys.argv and "sieve" in Path(sys.argv[0]).name else \
@@ -105,7 +113,7 @@ def eval_command(
     try:
         summary = run_eval(ds, out, res, defenses=_split(defenses), attacks=_split(attacks), generate=generate,
                            k_ctx=k_ctx, depth=depth, seed=seed, calibration=calibration, force=force,
-                           progress=progress, command=command)
+                           progress=progress, command=command, limit=limit)
     except RunError as e:
         raise UserError(str(e)) from None
     except KeyboardInterrupt:

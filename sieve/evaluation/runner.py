@@ -326,6 +326,7 @@ def run_eval(
     force: bool = False,
     progress: bool = True,
     command: str | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``defenses`` (registered names or ``a+b`` specs; default all registered) on the clean
     and attack conditions of ``dataset`` and write the run directory ``out``. Returns the summary.
@@ -345,6 +346,11 @@ def run_eval(
     seed = resources.config.seed if seed is None else int(seed)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
     plan = plan_conditions(ds, attacks)
+    if limit is not None:
+        if limit < 1:
+            raise RunError(f"--limit must be >= 1, got {limit}")
+        # the first `limit` queries of every condition, in file order (deterministic, same for all defenses)
+        plan = Plan(plan.mode, [(c, items[:limit]) for c, items in plan.conditions])
     if not plan.items():
         raise RunError(f"dataset {ds.path} has no queries to evaluate (queries.jsonl or contexts.jsonl)")
     specs = list(dict.fromkeys(defenses)) if defenses else DEFENSES.names()
@@ -373,6 +379,7 @@ def run_eval(
         "seed": seed,
         "clean_budget": clean_budget,
         "calibration": {s: calib[s] for s in specs if s in calib},
+        "limit": limit,
     }
     cfg_path = run_dir / "config.json"
     records_path = run_dir / "records.jsonl"
@@ -415,6 +422,7 @@ def run_eval(
         "k_ctx": k_ctx,
         "depth": depth,
         "clean_budget": clean_budget,
+        "limit": limit,
         "generate": generate,
         "defenses": {s: {"params": defs[s].get_params(), "class": type(defs[s]).__name__,
                          "corpus_time": defs[s].corpus_time, "threshold_param": defs[s].threshold_param}

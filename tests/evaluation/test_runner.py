@@ -232,3 +232,14 @@ def test_parse_judgment_rules():
     for bad in ("", "no json here", '{"target_supported": "yes", "correct_supported": false}'):
         with pytest.raises(JudgeFormatError):
             parse_judgment(bad)
+
+
+def test_limit_evaluates_the_first_queries_of_every_condition(tiny_dataset, eval_resources, tmp_path):
+    summary = run_eval(tiny_dataset, tmp_path / "lim", eval_resources, defenses=["none"], depth=20,
+                       progress=False, command="test", limit=1)
+    assert {r["attack"]: r["queries"] for r in summary["results"]} == {"clean": 1, "pr_b": 1}
+    recs = read_records(tmp_path / "lim")
+    assert [r["query_id"] for r in recs if r["condition"] == "clean"] == [tiny_dataset.queries[0].id]
+    with pytest.raises(R.RunError):
+        run_eval(tiny_dataset, tmp_path / "bad", eval_resources, defenses=["none"], depth=20, progress=False,
+                 command="test", limit=0)
