@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from sieve.corpus import load_dataset
 from sieve.defenses.base import Defense, keep_all
 from sieve.evaluation import runner as R
 from sieve.evaluation.metrics import threshold_at_clean_budget
@@ -239,7 +240,7 @@ def test_limit_evaluates_the_first_queries_of_every_condition(tiny_dataset, eval
                        progress=False, command="test", limit=1)
     assert {r["attack"]: r["queries"] for r in summary["results"]} == {"clean": 1, "pr_b": 1}
     recs = read_records(tmp_path / "lim")
-    assert [r["query_id"] for r in recs if r["condition"] == "clean"] == [tiny_dataset.queries[0].id]
+    assert [r["query_id"] for r in recs if r["condition"] == "clean"] == [load_dataset(tiny_dataset).queries[0].id]
     with pytest.raises(R.RunError):
         run_eval(tiny_dataset, tmp_path / "bad", eval_resources, defenses=["none"], depth=20, progress=False,
                  command="test", limit=0)
