@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=ROOT / "demo_data")
     ap.add_argument("--depth", type=int, default=50)
     ap.add_argument("--live-pr-w", type=int, default=0, help="re-run pr_w on the first N targets and time it")
-    ap.add_argument("--iterations", type=int, default=6)
-    ap.add_argument("--candidates", type=int, default=24)
+    ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--candidates", type=int, default=12)
     args = ap.parse_args(argv)
 
     if not (args.data / "corpus.jsonl").exists():

@@ -63,7 +63,7 @@ class SieveConfig:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     cache_dir: Path = field(default_factory=default_cache_dir)
-    workspace: Path | None = None   # default: <dataset_dir>/.sieve (never inside the user's files otherwise)
+    workspace: Path | None = None   # default: <cache_dir>/workspaces/<dataset>-<path hash>/<model> (never in the user's files)
     seed: int = 12
 
     def validate(self) -> "SieveConfig":
