@@ -88,12 +88,14 @@ def main() -> None:
         t = time.perf_counter()
         rsq.apply(r, res)
         cold.append((time.perf_counter() - t) * 1000)
+        print(f"  cold {r.query_id}: {cold[-1]:.0f} ms", flush=True)
     # fill the caches for every ranking (what `sieve index` / precompute_artifacts does at index time)
     res._cache = ArtifactCache.in_memory()
     t = time.perf_counter()
     for r, _ in rankings:
         rsq.apply(r, res)
     fill = time.perf_counter() - t
+    print(f"  cache filled in {fill:.1f} s", flush=True)
 
     warm: list[float] = []
     stages: dict[str, list[float]] = {}
