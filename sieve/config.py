@@ -54,8 +54,10 @@ class ModelsConfig:
     retriever: str = "all-mpnet-base-v2"
     judge: str = "all-MiniLM-L6-v2"
     causal_lm: str = "smollm2-135m"
-    token_encoder: str = "all-mpnet-base-v2"
-    token_encoder_layer: int = 9
+    # BERTScore encoder for RSQ E_s: MiniLM layer 4 of 6 (mpnet layer 9 of 12 is the alternative);
+    # see sieve/defenses/rsq.py for why (query-time latency budget).
+    token_encoder: str = "all-MiniLM-L6-v2"
+    token_encoder_layer: int = 4
 
 
 @dataclass

@@ -74,9 +74,11 @@ def real_lm(real_config):
 
 @pytest.fixture(scope="session")
 def real_token_encoder(real_config):
+    """The default BERTScore encoder (config.models.token_encoder / token_encoder_layer)."""
     from sieve.models import load_token_encoder
 
-    return load_token_encoder("all-mpnet-base-v2", 9, real_config)
+    m = real_config.models
+    return load_token_encoder(m.token_encoder, m.token_encoder_layer, real_config)
 
 
 @pytest.fixture(scope="session")

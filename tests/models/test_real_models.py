@@ -66,13 +66,18 @@ def test_smollm2_prefers_paris(real_lm):
     np.testing.assert_allclose(batched[0][1], nll, atol=1e-3)
 
 
-def test_token_encoder_bertscore_paraphrase_beats_unrelated(real_token_encoder):
-    enc = real_token_encoder
-    assert enc.model_id == "all-mpnet-base-v2@layer9"
+@pytest.mark.parametrize("name,layer,dim", [("all-MiniLM-L6-v2", 4, 384), ("all-mpnet-base-v2", 9, 768)])
+def test_token_encoder_bertscore_paraphrase_beats_unrelated(real_config, real_token_encoder, name, layer, dim):
+    from sieve.models import load_token_encoder
+
+    enc = load_token_encoder(name, layer, real_config)
+    assert enc.model_id == f"{name}@layer{layer}"
+    if (name, layer) == (real_config.models.token_encoder, real_config.models.token_encoder_layer):
+        assert enc is real_token_encoder        # loaded once per process
     ref = enc.token_states("The Eiffel Tower is located in Paris, France.", 256)
     para = enc.token_states("The Eiffel Tower stands in Paris, France.", 256)
     other = enc.token_states("Bananas are rich in potassium and dietary fiber.", 256)
-    assert ref.shape[1] == 768 and ref.dtype == np.float32
+    assert ref.shape[1] == dim and ref.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(ref, axis=1), 1.0, atol=1e-5)
     # 10 content tokens; [CLS]/[SEP] dropped
     assert ref.shape[0] == len(enc.tokenizer("The Eiffel Tower is located in Paris, France.",

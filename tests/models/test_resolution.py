@@ -342,7 +342,7 @@ def test_model_status_reports_unbuilt_caches(cfg, tmp_path):
     assert rows["retriever"].resolves_to == "all-mpnet-base-v2" and rows["retriever"].cache_ready is False
     assert rows["retriever"].cache_path == cfg.cache_dir / "models" / "all-mpnet-base-v2"
     assert rows["judge"].cache_ready is None and rows["judge"].installed is True
-    assert rows["token_encoder"].resolves_to == "all-mpnet-base-v2@layer9"
+    assert rows["token_encoder"].resolves_to == "all-MiniLM-L6-v2@layer4"
     bad = SieveConfig(cache_dir=tmp_path / "c2")
     bad.models.judge = "no-such-model"
     rows = {r.role: r for r in models.model_status(bad)}
