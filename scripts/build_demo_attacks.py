@@ -11,7 +11,10 @@ are replaced in place and the other families' lines kept, so one family can be r
 pr_w runs HotFlip against the default retriever (all-mpnet-base-v2) with modest settings so the
 whole demo builds in reasonable time on 2 CPU cores: the paper's 30 iterations × 100 candidates
 cost minutes per poison there (see ``bench/attacks_bench.py`` for measured gains and s/target).
-The settings used are recorded in every pr_w document's metadata.
+Measured on the shared 2-core box (load ≈ 9): 2 iterations × 8 candidates ≈ 30–55 s/target (~45 min
+for the 64 demo targets); paraphrase with the local Qwen2.5-Coder-0.5B ≈ 18 s/target. pr_b, diverse,
+payload_only, script and forced_top take well under a second. The settings used are recorded in
+every pr_w document's metadata.
 """
 from __future__ import annotations
 
@@ -35,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", nargs="*", default=None, help="families to build (default: every registered one)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--volume", type=int, default=5)
-    ap.add_argument("--pr-w-iterations", type=int, default=4, help="HotFlip iterations (paper 30)")
-    ap.add_argument("--pr-w-candidates", type=int, default=12, help="HotFlip candidates per flip (paper 100)")
+    ap.add_argument("--pr-w-iterations", type=int, default=2, help="HotFlip iterations (paper 30)")
+    ap.add_argument("--pr-w-candidates", type=int, default=8, help="HotFlip candidates per flip (paper 100)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N targets (for a quick look; use --out)")
     ap.add_argument("--out", type=Path, default=None, help="attacks file to merge into (default <data>/attacks.jsonl)")
     args = ap.parse_args(argv)

@@ -7,13 +7,15 @@
    pre-quarantine ranking are never reused.
 4. A single refill to ``k_ctx`` from the survivors in rank order, without rescoring.
 
-Each original document gets one decision: layer ``"RSG"`` for quarantined documents, layer
-``"RSQ"`` for survivors (``evidence["survivor_rank"]`` gives the renumbered rank).
+Each original document gets one decision that reflects both layers (see :class:`SerialRSGRSQ`).
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from sieve.defenses.base import Defense, finalize_context
 from sieve.defenses.rsg import RSG, RSGParams
@@ -26,6 +28,30 @@ if TYPE_CHECKING:
 
 SURVIVOR_REASON = ("RSQ needs at least 20 documents after RSG quarantine; retrieve deeper (depth ≥ 20 + "
                    "quarantined) or re-retrieve from the index with RSG-flagged documents excluded")
+TAIL_REASON = "RSQ examines only the top 5 survivors (survivor ranks 6–20 are its reference tail)"
+QUARANTINE_REASON = "quarantined by RSG before RSQ ran"
+#: Threshold of the combined (normalised) score: a document is removed iff score ≥ 1.0.
+COMBINED_THRESHOLD = 1.0
+_BELOW_ONE = float(np.nextafter(COMBINED_THRESHOLD, 0.0))
+_FLOAT_MAX = float(np.finfo(float).max)
+
+
+def normalised_score(value: float, threshold: float, flagged: bool) -> float:
+    """``value / threshold`` for a layer that removes iff ``value ≥ threshold``, so 1.0 is the layer's
+    decision boundary. Kept exactly consistent with the layer's own decision (the critical case is a
+    clean S one ulp below a calibrated η_Q): value ≥ threshold gives a correctly rounded ratio ≥ 1.0,
+    and as a guard against rounding up to 1.0 from below, a kept document is clamped to the largest
+    float below 1.0 and a flagged one to at least 1.0.
+    Non-positive or non-finite thresholds (degenerate calibration) use the shift 1 + value − threshold,
+    which preserves the order and the boundary."""
+    v, t = float(value), float(threshold)
+    q = v / t if (t > 0 and math.isfinite(t)) else 1.0 + (v - t)
+    if math.isnan(q):
+        q = COMBINED_THRESHOLD if flagged else _BELOW_ONE
+    q = min(max(q, -_FLOAT_MAX), _FLOAT_MAX)      # finite scores only (overflow of the ratio)
+    if flagged:
+        return max(q, COMBINED_THRESHOLD)
+    return min(q, _BELOW_ONE)
 
 
 @DEFENSES.register(
@@ -36,7 +62,34 @@ SURVIVOR_REASON = ("RSQ needs at least 20 documents after RSG quarantine; retrie
 )
 class SerialRSGRSQ(Defense):
     """RSG → RSQ serial deployment (§5). Parameters: ``eta_q`` (RSQ threshold) and any
-    :class:`~sieve.defenses.rsg.RSGParams` field (``mode``, ``progress`` …)."""
+    :class:`~sieve.defenses.rsg.RSGParams` field (``mode``, ``progress`` …).
+
+    **Decisions.** Every document of the ranking gets one decision reflecting both layers:
+
+    * RSG scored every document of its snapshot (documents outside it are ``not_examined`` by RSG).
+    * Quarantined by RSG → removed, layer ``"RSG"``.
+    * Survivor scored by RSQ (survivor ranks 1–5) → layer ``"RSQ"``, removed iff RSQ flagged it.
+    * Survivor not examined by RSQ (survivor rank 6+) → keeps its RSG decision (kept, status
+      ``"scored"`` by RSG, layer ``"RSG"``); ``evidence["rsq"]`` records ``not_examined``.
+    * Fewer than 20 survivors → RSQ is unavailable: survivors keep their RSG decisions and the
+      unavailability is recorded in ``evidence["rsq"]``, the reason and the result warnings.
+
+    Survivors carry ``evidence["survivor_rank"]`` (rank after quarantine and renumbering).
+
+    **One score scale.** ``Decision.score`` is the combined suspicion relative to each layer's own
+    threshold, ``max(rsg_score / η_G, S / η_Q)`` over the layers that scored the document, and
+    ``Decision.threshold`` is 1.0. Both layers remove inclusively (RSG: score ≥ η_G = 0.5; RSQ:
+    S ≥ η_Q), so ``removed`` ⇔ a layer removed ⇔ ``score ≥ 1.0``. ``removed`` is taken from the layer
+    decisions and :func:`normalised_score` clamps the rare float-division rounding at the boundary,
+    so the equivalence holds exactly. Why: removal rates, AUROC and detection at a clean budget
+    compare scores across documents, which is meaningless when RSG's [0, 1] score and RSQ's S are
+    mixed raw. The raw layer values are kept: ``evidence["rsg"]`` = {score, threshold, flagged,
+    status, …RSG audit row}, ``evidence["rsq"]`` = {status, threshold, E_a, E_i, E_p, E_s, S, …} when
+    RSQ scored the document, and ``evidence["layer_scores"]`` the normalised per-layer values.
+
+    **Calibration** learns ``eta_q`` on the RSQ layer's raw S values of the clean rankings (RSQ run
+    on the post-quarantine survivors), never on the combined score.
+    """
 
     name = "rsg_rsq"
     paper = "RAGSieve (RS:filtering.py, README.md)"
@@ -65,7 +118,11 @@ class SerialRSGRSQ(Defense):
         self.audit_ = self.rsg_.audit_
         return self
 
-    def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
+    # -- the two layers, raw ---------------------------------------------------------------------
+    def _layers(self, ranking: Ranking, resources: "Resources"
+                ) -> tuple[list[Decision], Ranking, list[Decision] | None, dict[str, Any], list[str]]:
+        """(RSG decisions on ``ranking``, survivors, raw RSQ decisions on the survivors or ``None``
+        when RSQ is unavailable, info, warnings)."""
         warnings: list[str] = []
         rsg_decisions = self._rsg().decisions_for(ranking)
         if rsg_decisions and all(d.status == "unavailable" for d in rsg_decisions):
@@ -74,34 +131,75 @@ class SerialRSGRSQ(Defense):
         survivors = ranking.without(quarantined)
         info: dict[str, Any] = {"quarantined_document_ids": [d.id for d in ranking.documents if d.id in quarantined],
                                 "survivors": len(survivors.documents)}
+        rsq_decisions: list[Decision] | None
         if len(survivors.documents) < CONTEXT_SIZE:
             msg = (f"rsg_rsq: RSQ unavailable for query {ranking.query_id or ranking.query!r}: "
                    f"{len(survivors.documents)} survivors after quarantining {len(quarantined)}; {SURVIVOR_REASON}")
             warnings.append(msg)
-            rsq_decisions = [Decision(d.id, False, "unavailable", threshold=float(self.eta_q),
-                                      reason=SURVIVOR_REASON, layer="RSQ") for d in survivors.documents]
+            rsq_decisions = None
+            info["rsq_unavailable"] = SURVIVOR_REASON
         else:
             rsq = self._rsq()
             rsq_decisions = rsq.score_ranking(survivors, resources)   # computed on the new ranks only
             self.last_latency_ms_ = getattr(rsq, "last_latency_ms_", {})
-        new_rank = {d.id: d.rank for d in survivors.documents}
+        info["rsq_flagged"] = [d.doc_id for d in (rsq_decisions or []) if d.removed]
+        return rsg_decisions, survivors, rsq_decisions, info, warnings
+
+    # -- merge -----------------------------------------------------------------------------------
+    def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
+        rsg_decisions, survivors, rsq_decisions, info, warnings = self._layers(ranking, resources)
         rsg_by_id = {d.doc_id: d for d in rsg_decisions}
-        by_id: dict[str, Decision] = {d.doc_id: d for d in rsg_decisions if d.removed}
-        for d in rsq_decisions:
-            d.evidence["survivor_rank"] = new_rank[d.doc_id]
-            rsg_d = rsg_by_id.get(d.doc_id)
-            if rsg_d is not None and rsg_d.score is not None:
-                d.evidence["rsg_score"] = rsg_d.score
-            by_id[d.doc_id] = d
-        info["rsq_flagged"] = [d.doc_id for d in rsq_decisions if d.removed]
-        return [by_id[d.id] for d in ranking.documents], info, warnings
+        rsq_by_id = {d.doc_id: d for d in (rsq_decisions or [])}
+        new_rank = {d.id: d.rank for d in survivors.documents}
+        eta_q = float(self.eta_q)
+        out = [self._merge(rsg_by_id[d.id], rsq_by_id.get(d.id), new_rank.get(d.id), eta_q)
+               for d in ranking.documents]
+        return out, info, warnings
+
+    @staticmethod
+    def _merge(g: Decision, q: Decision | None, survivor_rank: int | None, eta_q: float) -> Decision:
+        rsg_ev: dict[str, Any] = {**g.evidence, "status": g.status, "score": g.score, "threshold": g.threshold,
+                                  "flagged": bool(g.removed), "reason": g.reason}
+        evidence: dict[str, Any] = {"rsg": rsg_ev}
+        layer_scores: dict[str, float] = {}
+        if g.score is not None and g.threshold is not None:
+            layer_scores["RSG"] = normalised_score(g.score, g.threshold, g.removed)
+        if g.removed:                                   # quarantined: RSQ never saw it
+            evidence["rsq"] = {"status": "skipped", "reason": QUARANTINE_REASON}
+            evidence["layer_scores"] = layer_scores
+            return Decision(g.doc_id, True, g.status, score=layer_scores.get("RSG"),
+                            threshold=COMBINED_THRESHOLD, evidence=evidence, reason=g.reason, layer="RSG")
+        evidence["survivor_rank"] = survivor_rank
+        if q is not None and q.status == "scored" and q.score is not None:
+            evidence["rsq"] = {**q.evidence, "status": q.status, "threshold": eta_q, "reason": q.reason}
+            layer_scores["RSQ"] = normalised_score(q.score, eta_q, q.removed)
+            evidence["layer_scores"] = layer_scores
+            reason = q.reason if not g.reason else f"RSQ: {q.reason}; RSG: {g.reason}"
+            return Decision(g.doc_id, bool(q.removed), "scored", score=max(layer_scores.values()),
+                            threshold=COMBINED_THRESHOLD, evidence=evidence, reason=reason, layer="RSQ")
+        if q is None:                                   # fewer than 20 survivors
+            evidence["rsq"] = {"status": "unavailable", "reason": SURVIVOR_REASON}
+            rsq_note = f"RSQ unavailable: {SURVIVOR_REASON}"
+        else:                                           # survivor rank 6+
+            evidence["rsq"] = {"status": q.status, "reason": TAIL_REASON}
+            rsq_note = f"survivor rank {survivor_rank}: {TAIL_REASON}"
+        evidence["layer_scores"] = layer_scores
+        reason = f"{g.reason}; {rsq_note}" if g.reason else rsq_note
+        return Decision(g.doc_id, False, g.status, score=layer_scores.get("RSG"),
+                        threshold=COMBINED_THRESHOLD, evidence=evidence, reason=reason, layer="RSG")
 
     def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
         return self._run(ranking, resources)[0]
 
+    def rsq_layer_decisions(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
+        """The raw RSQ decisions (score = S, threshold = η_Q) on the post-quarantine survivors of
+        ``ranking``; empty when RSQ is unavailable."""
+        return self._layers(ranking, resources)[2] or []
+
     def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
                   clean_budget: float = 0.05) -> "SerialRSGRSQ":
-        """Calibrate ``eta_q`` on the RSQ scores only (RSG's fixed 0.5 scale is not mixed in)."""
+        """Calibrate ``eta_q`` on the RSQ layer's raw S values of the clean rankings (RSQ on the
+        post-quarantine survivors); neither RSG's scale nor the combined score is mixed in."""
         RSQ.calibrate(_RSQView(self), clean_rankings, resources, clean_budget)
         self.threshold_ = self.eta_q
         return self
@@ -117,14 +215,14 @@ class SerialRSGRSQ(Defense):
 
 
 class _RSQView(RSQ):
-    """Adapter so :meth:`Defense.calibrate` sees only the RSQ-layer scores of a serial run."""
+    """Adapter so :meth:`Defense.calibrate` sees only the raw RSQ-layer scores (S) of a serial run."""
 
     def __init__(self, serial: SerialRSGRSQ) -> None:  # noqa: D107
         self._serial = serial
         super().__init__(eta_q=serial.eta_q, trace_tokens=False)
 
     def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return [d for d in self._serial.inspect(ranking, resources) if d.layer == "RSQ"]
+        return [d for d in self._serial.rsq_layer_decisions(ranking, resources) if d.status == "scored"]
 
     def set_params(self, **params: Any) -> "_RSQView":
         super().set_params(**params)
