@@ -1,10 +1,11 @@
-"""rsg_rsq serial deployment (ALGORITHMS.md §5): quarantine, renumber, ≥ 20 survivors, RSQ on new ranks."""
+"""rsg_rsq serial deployment (ALGORITHMS.md §5): quarantine, renumber, ≥ 20 survivors, RSQ on new ranks;
+one decision per document reflecting both layers on one normalised score scale (threshold 1.0)."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from sieve.defenses.serial import SURVIVOR_REASON, SerialRSGRSQ
+from sieve.defenses.serial import SURVIVOR_REASON, SerialRSGRSQ, normalised_score
 from sieve.registry import DEFENSES
 from sieve.types import Document, RankedDocument, Ranking
 
@@ -40,6 +41,10 @@ def test_registered_corpus_time():
     assert SerialRSGRSQ.corpus_time
 
 
+def _norm(value, threshold):
+    return value / threshold
+
+
 def test_fewer_than_20_survivors_makes_rsq_unavailable(tiny_resources):
     snap, ranking = setup(22, integrity_positions={2, 4, 9})
     d = SerialRSGRSQ().fit(snap, tiny_resources)
@@ -47,13 +52,19 @@ def test_fewer_than_20_survivors_makes_rsq_unavailable(tiny_resources):
     by_id = {x.doc_id: x for x in res.decisions}
     assert [by_id[i].layer for i in ("d2", "d4", "d9")] == ["RSG"] * 3
     assert all(by_id[i].removed for i in ("d2", "d4", "d9"))
-    survivors = [x for x in res.decisions if x.layer == "RSQ"]
+    # survivors keep their RSG decisions (scored by RSG, kept); RSQ's unavailability is in evidence
+    survivors = [x for x in res.decisions if not x.removed]
     assert len(survivors) == 19
-    assert all(x.status == "unavailable" and not x.removed and x.reason == SURVIVOR_REASON for x in survivors)
+    for x in survivors:
+        assert x.layer == "RSG" and x.status == "scored" and x.score is not None
+        assert x.evidence["rsq"] == {"status": "unavailable", "reason": SURVIVOR_REASON}
+        assert SURVIVOR_REASON in x.reason
+        assert x.score == _norm(x.evidence["rsg"]["score"], 0.5) and x.threshold == 1.0
     assert "re-retrieve" in SURVIVOR_REASON and "retrieve deeper" in SURVIVOR_REASON
     assert any("19 survivors" in w for w in res.warnings)
     assert [c.id for c in res.context] == ["d1", "d3", "d5", "d6", "d7"]
     assert res.info["quarantined_document_ids"] == ["d2", "d4", "d9"]
+    assert res.info["rsq_unavailable"] == SURVIVOR_REASON
 
 
 def test_rsq_runs_on_renumbered_survivors(tiny_resources):
@@ -62,17 +73,101 @@ def test_rsq_runs_on_renumbered_survivors(tiny_resources):
     snap, ranking = setup(25, integrity_positions={1, 2, 3}, anchor_positions={4, 5, 6, 7, 8})
     res = SerialRSGRSQ().fit(snap, tiny_resources).apply(ranking, tiny_resources)
     by_id = {x.doc_id: x for x in res.decisions}
-    assert [by_id[f"d{i}"].layer for i in (1, 2, 3)] == ["RSG"] * 3
+    for i in (1, 2, 3):
+        x = by_id[f"d{i}"]
+        assert x.layer == "RSG" and x.removed and x.status == "scored"
+        assert x.evidence["rsg"]["flagged"] and x.evidence["rsq"]["status"] == "skipped"
+        assert x.score == _norm(x.evidence["rsg"]["score"], 0.5) == 2.0
     for i, new_rank in zip(range(4, 9), range(1, 6)):
         x = by_id[f"d{i}"]
         assert x.layer == "RSQ" and x.status == "scored" and x.removed
-        assert x.evidence["rank"] == new_rank and x.evidence["survivor_rank"] == new_rank
-        assert x.evidence["E_a"] == pytest.approx(1.0)          # x=5, K=5 among the 20 survivors
-    assert by_id["d9"].status == "not_examined" and by_id["d9"].evidence["survivor_rank"] == 6
+        rsq = x.evidence["rsq"]
+        assert rsq["rank"] == new_rank and x.evidence["survivor_rank"] == new_rank
+        assert rsq["E_a"] == pytest.approx(1.0)          # x=5, K=5 among the 20 survivors
+        assert rsq["S"] >= 1.0 and rsq["flagged"] and rsq["threshold"] == 1.0
+        assert x.evidence["rsg"]["score"] == 0.0 and not x.evidence["rsg"]["flagged"]
+    x = by_id["d9"]
+    assert x.status == "scored" and x.layer == "RSG" and not x.removed and x.evidence["survivor_rank"] == 6
+    assert x.evidence["rsq"]["status"] == "not_examined" and "top 5 survivors" in x.evidence["rsq"]["reason"]
     # one refill to 5 from the survivors, without rescoring
     assert [c.id for c in res.context] == ["d9", "d10", "d11", "d12", "d13"]
     assert res.layers_run == ["RSG", "RSQ"]
     assert res.info["rsq_flagged"] == ["d4", "d5", "d6", "d7", "d8"]
+
+
+def test_every_document_in_the_snapshot_is_scored_by_rsg(tiny_resources):
+    # d1 and d25 are not in the audited snapshot: RSG did not examine them
+    snap, ranking = setup(25, integrity_positions=set())
+    keep = [i for i, x in enumerate(snap.ids) if x not in ("d1", "d25")]
+    snap = SimpleNamespace(ids=[snap.ids[i] for i in keep], documents=[snap.documents[i] for i in keep],
+                           vectors=snap.vectors[keep])
+    d = SerialRSGRSQ(eta_q=10.0).fit(snap, tiny_resources)
+    decisions = d.inspect(ranking, tiny_resources)
+    by_id = {x.doc_id: x for x in decisions}
+    for x in decisions:
+        assert x.threshold == 1.0
+        if x.doc_id in ("d1", "d25"):
+            assert x.evidence["rsg"]["status"] == "not_examined"
+        else:
+            assert x.status == "scored" and x.evidence["rsg"]["status"] == "scored"
+            assert x.evidence["rsg"]["score"] is not None and x.evidence["rsg"]["threshold"] == 0.5
+    # d1: scored by RSQ only → its score is the RSQ layer's normalised S
+    x1 = by_id["d1"]
+    assert x1.layer == "RSQ" and x1.status == "scored"
+    assert x1.score == _norm(x1.evidence["rsq"]["S"], 10.0) and set(x1.evidence["layer_scores"]) == {"RSQ"}
+    # d25: outside the snapshot and outside RSQ's top 5 → nobody scored it
+    x25 = by_id["d25"]
+    assert x25.status == "not_examined" and x25.score is None and not x25.removed
+    assert x25.evidence["rsq"]["status"] == "not_examined"
+    # survivors at survivor rank ≥ 6 keep their RSG decision: kept, scored, RSG score on the combined scale
+    for x in decisions[5:24]:
+        assert x.layer == "RSG" and x.status == "scored" and not x.removed
+        assert x.evidence["survivor_rank"] >= 6 and "top 5 survivors" in x.reason
+        assert x.score == _norm(x.evidence["rsg"]["score"], 0.5)
+
+
+def test_combined_score_is_max_of_normalised_layer_scores(tiny_resources):
+    # no integrity alerts → the topology branch is on and every document has a small RSG score
+    # (T ≈ 0.026); with η_Q = 10 the RSQ candidates' S/η_Q = 0.02 is below RSG's 0.026/0.5
+    snap, ranking = setup(25, integrity_positions=set())
+    for eta_q, dominant in ((10.0, "RSG"), (0.1, "RSQ")):
+        decisions = SerialRSGRSQ(eta_q=eta_q).fit(snap, tiny_resources).inspect(ranking, tiny_resources)
+        for x in decisions[:5]:
+            g = _norm(x.evidence["rsg"]["score"], x.evidence["rsg"]["threshold"])
+            q = _norm(x.evidence["rsq"]["S"], eta_q)
+            assert x.layer == "RSQ" and x.evidence["rsg"]["score"] > 0
+            assert x.evidence["layer_scores"] == {"RSG": g, "RSQ": q}
+            assert x.score == max(g, q) and x.threshold == 1.0
+            assert x.score == (g if dominant == "RSG" else q)
+            # removed iff a layer removed iff combined score ≥ 1.0
+            assert x.removed == (x.evidence["rsq"]["flagged"] or x.evidence["rsg"]["flagged"])
+            assert x.removed == (x.score >= 1.0) == (dominant == "RSQ")
+
+
+def test_removed_iff_a_layer_removed_iff_score_at_least_one(tiny_resources):
+    snap, ranking = setup(26, integrity_positions={1, 2}, anchor_positions={3, 4, 5, 6, 7})
+    # 2 of 26 integrity alerts (f_I < 5 %): topology stays on; d3..d7 are RSQ-flagged survivors
+    decisions = SerialRSGRSQ().fit(snap, tiny_resources).inspect(ranking, tiny_resources)
+    layers_removed = 0
+    for x in decisions:
+        rsg_removed = bool(x.evidence["rsg"]["flagged"])
+        rsq_removed = bool(x.evidence["rsq"].get("flagged", False))
+        assert x.removed == (rsg_removed or rsq_removed) == (x.score >= 1.0)
+        layers_removed += x.removed
+    assert [x.removed for x in decisions[:7]] == [True] * 7
+    assert layers_removed == 7
+
+
+def test_normalised_score_boundary_matches_layer_rule():
+    eta = float(np.nextafter(0.7, np.inf))            # what calibration produces: one ulp above a clean S
+    assert normalised_score(0.7, eta, False) < 1.0
+    assert normalised_score(eta, eta, True) == 1.0
+    assert normalised_score(0.5, 0.5, True) == 1.0 and normalised_score(0.25, 0.5, False) == 0.5
+    # a layer decision always wins over float rounding, in both directions
+    assert normalised_score(1.0, 1.0, False) < 1.0 and normalised_score(0.9, 1.0, True) == 1.0
+    # degenerate (non-positive) calibrated threshold: order-preserving shift, still finite
+    t = float(np.nextafter(-np.inf, np.inf))
+    assert np.isfinite(normalised_score(0.3, t, True)) and normalised_score(0.3, t, True) >= 1.0
 
 
 def test_unfitted_serial_warns(tiny_resources):
@@ -89,11 +184,19 @@ def test_serial_rejects_unknown_params():
 
 def test_calibrate_uses_rsq_scores_only(tiny_resources):
     snap, ranking = setup(25, integrity_positions={1, 2, 3})
-    d = SerialRSGRSQ().fit(snap, tiny_resources)
-    scores = [x.score for x in d.inspect(ranking, tiny_resources) if x.layer == "RSQ" and x.score is not None]
-    assert len(scores) == 5 and scores[0] == pytest.approx(0.2)
+    d = SerialRSGRSQ(eta_q=4.0).fit(snap, tiny_resources)
+    decisions = d.inspect(ranking, tiny_resources)
+    raw = [x.evidence["rsq"]["S"] for x in decisions if x.layer == "RSQ"]
+    combined = [x.score for x in decisions if x.layer == "RSQ"]
+    assert len(raw) == 5 and raw[0] == pytest.approx(0.2)
+    assert combined[0] == pytest.approx(0.05)         # S / η_Q: the combined scale differs from S
+    assert [x.score for x in d.rsq_layer_decisions(ranking, tiny_resources) if x.score is not None] == raw
     d.calibrate([ranking], tiny_resources, clean_budget=0.05)
-    # five clean RSQ candidates (S = 0.2 each; RSG's 1.0 scores are not mixed in): floor(5·0.05) = 0 →
-    # threshold = the largest clean score, then the next float up (removal is at S ≥ η_Q)
-    assert d.eta_q == float(np.nextafter(max(scores), np.inf))
-    assert d.threshold_ == d.eta_q
+    # five clean RSQ candidates (raw S = 0.2 each; RSG's scores and the combined score are not mixed
+    # in): floor(5·0.05) = 0 → threshold = the largest clean S, then the next float up (S ≥ η_Q)
+    assert d.eta_q == float(np.nextafter(max(raw), np.inf))
+    assert d.threshold_ == d.eta_q and d.get_params()["eta_q"] == d.eta_q
+    assert SerialRSGRSQ.threshold_param == "eta_q"
+    # after calibration the clean candidates sit just below the combined threshold and are kept
+    after = [x for x in d.inspect(ranking, tiny_resources) if x.layer == "RSQ"]
+    assert all(not x.removed and x.score < 1.0 for x in after)
