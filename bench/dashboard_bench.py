@@ -45,8 +45,9 @@ def main() -> int:
     view = S.condition_view(index, ds, cond)
     calib = S.run_calibration()
     defs = {"none": S.build_defense("none")}
-    for spec in S.DEFAULT_DEFENSES:
-        defs[spec] = S.prepare_defense(spec, {}, view, ds, res, index, calib)
+    for spec in S.DEFAULT_DEFENSES:   # the explorer's defaults (TRIS with L3 off, as the page's default)
+        params = {"l3_mode": "off"} if spec == "tris" else {}
+        defs[spec] = S.prepare_defense(spec, params, view, ds, res, index, calib)
     setup = time.perf_counter() - t0
     if cond == S.CLEAN:
         qs = [(q.id, q.text) for q in ds.queries[: args.queries]]

@@ -76,9 +76,10 @@ with state.page_guard("Query explorer"):
                                            key="k_jac"),
             "ngram_threshold": k4.slider("TRIS L2 n-gram", 0.1, 1.0, float(saved.get("ngram_threshold", 0.8)), 0.05,
                                          key="k_ng"),
-            "l3_mode": k5.selectbox("TRIS L3 mode", ["adaptive", "off", "selective", "always"],
-                                    index=["adaptive", "off", "selective", "always"].index(saved.get("l3_mode", "adaptive")),
-                                    key="k_l3"),
+            "l3_mode": k5.selectbox("TRIS L3 mode", ["off", "adaptive", "selective", "always"],
+                                    index=["off", "adaptive", "selective", "always"].index(saved.get("l3_mode", "off")),
+                                    key="k_l3", help="L3 asks the LLM about each surviving passage (seconds per "
+                                                     "passage with the local model on CPU); off by default here."),
         }
         k_ctx = st.slider("k_ctx (context size)", 1, 10, int(st.session_state["k_ctx"]), key="k_ctx_slider")
         st.session_state["params"]["_knobs"] = knobs

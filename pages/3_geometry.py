@@ -60,8 +60,8 @@ with state.page_guard("Geometry"):
         ckey = corpus_hash(view.documents) + view.model_id
         xy = state.projection(ckey, m, view.vectors)
         cdf = S.corpus_geometry(view, audit, xy=xy)
-    flagged_ids = list(audit.flagged_ids)
-    ids = flagged_ids + [i for i in view.ids if i not in set(flagged_ids)]
+    flagged_ids = sorted(audit.flagged_ids, key=lambda i: -float(audit.density[audit.index_of(i)]))
+    ids = flagged_ids + [i for i in view.ids if i not in set(flagged_ids)]   # densest flagged first
     sel_key = "g_selected"
     if st.session_state.get(sel_key) not in view:
         st.session_state[sel_key] = ids[0]
@@ -95,6 +95,9 @@ with state.page_guard("Geometry"):
            "edge": "dropped (Jaccard > 0.60)"} for e in row.dropped]
     for r in nb:
         r["text"] = snippet(view.document(r["neighbour"]).text, 80)
-    st.dataframe(pd.DataFrame(nb), hide_index=True, width="stretch")
+    if nb:
+        st.dataframe(pd.DataFrame(nb), hide_index=True, width="stretch")
+    else:
+        st.info("No eligible neighbours (none with similarity ≥ 0.85): D = 0 for this document.")
     st.caption("Eligible neighbours have similarity ≥ 0.85; the floor b_i is the 16th neighbour's similarity.")
     st.text(view.document(row.document_id).text)

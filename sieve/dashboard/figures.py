@@ -15,13 +15,13 @@ if TYPE_CHECKING:
 COMPONENT_COLORS = {"E_a": "#d62728", "E_i": "#9467bd", "E_p": "#ff7f0e", "E_s": "#1f77b4"}
 COMPONENT_NAMES = {"E_a": "E_a answer-anchor", "E_i": "E_i script integrity", "E_p": "E_p surprisal",
                    "E_s": "E_s alignment jump"}
-_LAYOUT = dict(margin=dict(l=40, r=20, t=40, b=40), height=320, template="plotly_white",
-               legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0))
+_LAYOUT = dict(margin=dict(l=40, r=20, t=90, b=40), height=340, template="plotly_white",
+               legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0))
 
 
 def _fig(title: str, **kw: Any) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(title=dict(text=title, font=dict(size=14)), **{**_LAYOUT, **kw})
+    fig.update_layout(title=dict(text=title, font=dict(size=14), y=0.98, yanchor="top"), **{**_LAYOUT, **kw})
     return fig
 
 

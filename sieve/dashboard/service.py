@@ -166,7 +166,7 @@ def corpus_stats(ds: "Dataset") -> dict[str, Any]:
         "words_median": float(np.median(words)) if words.size else 0.0,
         "words_max": int(words.max()) if words.size else 0,
         "titles": len({d.title for d in ds.documents if d.title}),
-        "content_hash": ds.content_hash()[:16], "lengths": lengths, "summary": ds.summary(),
+        "content_hash": ds.content_hash()[:10], "lengths": lengths, "summary": ds.summary(),
     }
 
 

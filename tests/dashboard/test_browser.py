@@ -86,15 +86,19 @@ def driver(tmp_path_factory):
 
 
 def _wait_rendered(driver, timeout: float) -> None:
-    """Wait until the app has stopped running (no running indicator / spinner / status) for a moment."""
+    """Wait until the script run has finished (the app root's ``data-test-script-state`` is no longer
+    initial/running), no spinner is shown, and this holds for a few seconds."""
     from selenium.webdriver.common.by import By
 
     deadline = time.time() + timeout
     quiet_since = None
     while time.time() < deadline:
-        busy = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"], [data-testid="stSpinner"]')
+        states = [e.get_attribute("data-test-script-state")
+                  for e in driver.find_elements(By.CSS_SELECTOR, "[data-test-script-state]")]
+        spinners = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSpinner"]')
         titles = driver.find_elements(By.CSS_SELECTOR, "h1")
-        if titles and not busy:
+        done = states and all(s not in ("initial", "running", "rerunRequested") for s in states)
+        if done and titles and not spinners:
             quiet_since = quiet_since or time.time()
             if time.time() - quiet_since > 3:
                 return
