@@ -44,7 +44,10 @@ with state.page_guard("Alerts"):
     filters = {"detector": None if det == "all" else det, "state": None if stt == "all" else stt,
                "min_score": min_score if min_score > 0 else None, "sort": sort}
     alerts = led.alerts(**filters)
-    st.dataframe(S.alerts_frame(alerts), hide_index=True, width="stretch", height=300)
+    if alerts:
+        st.dataframe(S.alerts_frame(alerts), hide_index=True, width="stretch", height=300)
+    else:
+        st.caption("No alerts match these filters.")
     st.download_button("Export CSV", S.alerts_csv(led, **filters), file_name="sieve-alerts.csv", mime="text/csv",
                        key="al_csv")
     if not alerts:
