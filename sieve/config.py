@@ -120,18 +120,23 @@ class SieveConfig:
         p = path or os.environ.get("SIEVE_CONFIG")
         if not p:
             return cls().validate()
-        import yaml
+        return cls.from_dict(read_yaml_mapping(p, "config file"), source=str(p))
 
-        p = Path(p)
-        if not p.exists():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: invalid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: top level must be a mapping")
-        return cls.from_dict(data, source=str(p))
+
+def read_yaml_mapping(path: str | os.PathLike[str], what: str = "YAML file") -> dict[str, Any]:
+    """Read a YAML file whose top level must be a mapping; errors name the file (ConfigError)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: invalid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping")
+    return data
 
 
 _ALIASES = {

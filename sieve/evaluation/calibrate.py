@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sieve.config import ConfigError
+from sieve.config import ConfigError, read_yaml_mapping
 
 if TYPE_CHECKING:
     from sieve.corpus import Dataset
@@ -31,17 +31,8 @@ def load_calibration(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """``{defense name: {param: value}}`` from a calibration YAML file (``{}`` for ``None``)."""
     if path is None:
         return {}
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"calibration file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: invalid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: top level must be a mapping with a 'defenses' key")
+    data = read_yaml_mapping(p, "calibration file")
     defs = data.get("defenses", {}) or {}
     if not isinstance(defs, dict):
         raise ConfigError(f"{p}: 'defenses' must be a mapping of defense name → {{param: value}}")
@@ -62,11 +53,7 @@ def save_calibration(path: str | Path, defense: str, params: dict[str, Any],
     import yaml
 
     p = Path(path)
-    data: dict[str, Any] = {}
-    if p.is_file():
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: top level must be a mapping; refusing to overwrite it")
+    data: dict[str, Any] = read_yaml_mapping(p, "calibration file") if p.is_file() else {}
     data.setdefault("defenses", {})[defense] = {k: _plain(v) for k, v in params.items()}
     if meta:
         data.setdefault("meta", {})[defense] = {k: _plain(v) for k, v in meta.items()}
