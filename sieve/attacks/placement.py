@@ -25,7 +25,7 @@ from sieve.attacks.base import (
 from sieve.registry import ATTACKS
 from sieve.types import AttackRecord, Document, RankedDocument, Ranking, Target
 
-__all__ = ["FORCED_STEP", "FORCED_OFFSET", "ForcedTopAttack", "force_top", "is_forced_top",
+__all__ = ["FORCED_STEP", "FORCED_OFFSET", "ForcedTopAttack", "force_top", "apply_placement", "is_forced_top",
            "with_volume", "validate_volume", "volume_slots", "MIN_VOLUME", "MAX_VOLUME"]
 
 #: Score offset of the first forced poison above the best clean document (TRIS:pilot_cpu.py).
@@ -88,6 +88,19 @@ def force_top(ranking: Ranking, poisons: Sequence[Document], depth: int | None =
         d.rank = r
     return Ranking(ranking.query, docs, ranking.query_id, ranking.condition,
                    ranking.correct_answers, ranking.target_answer)
+
+
+def apply_placement(ranking: Ranking, dataset: Any, depth: int | None = None) -> Ranking:
+    """The attacked ranking as the attack family prescribes. For a forced-top family (records with
+    ``metadata["placement"] == "forced_top"``) the query's own poisons are pinned above every clean
+    document with :func:`force_top`; any other condition is returned unchanged. One rule for the
+    evaluation runner and the dashboard. ``dataset`` is a :class:`sieve.corpus.Dataset`."""
+    if ranking.condition == "clean" or not ranking.query_id or ranking.condition not in dataset.attack_families():
+        return ranking
+    recs = [r for r in dataset.attack_records(ranking.condition) if r.query_id == ranking.query_id]
+    if not any(is_forced_top(r) for r in recs):
+        return ranking
+    return force_top(ranking, [d for r in recs for d in r.documents], depth)
 
 
 def with_volume(records: Sequence[AttackRecord], volume: int) -> list[AttackRecord]:

@@ -194,12 +194,6 @@ def condition_view(index: "VectorIndex", ds: "Dataset", condition: str) -> "Vect
     return index.with_documents(docs) if docs else index
 
 
-def _forced_top(ds: "Dataset", condition: str) -> bool:
-    from sieve.attacks.placement import is_forced_top
-
-    return condition != CLEAN and any(is_forced_top(r) for r in ds.attack_records(condition))
-
-
 def rank_query(view: "VectorIndex", ds: "Dataset", query: str, condition: str = CLEAN, query_id: str = "",
                depth: int = EXPLORER_DEPTH) -> Ranking:
     """The explorer's ranking: retrieval on the condition's snapshot with correct/target answers
@@ -221,12 +215,9 @@ def rank_query(view: "VectorIndex", ds: "Dataset", query: str, condition: str = 
             correct = tuple(recs[0].correct_answers) or correct
     ranking = view.rank(query, depth, query_id=query_id, condition=condition, correct_answers=correct,
                         target_answer=target_answer)
-    if condition != CLEAN and _forced_top(ds, condition) and query_id:
-        from sieve.attacks.placement import force_top
+    from sieve.attacks.placement import apply_placement
 
-        own = [d for r in ds.attack_records(condition) if r.query_id == query_id for d in r.documents]
-        ranking = force_top(ranking, own, depth)
-    return ranking
+    return apply_placement(ranking, ds, depth)
 
 
 # =============================================================================================

@@ -500,6 +500,10 @@ class _RunState:
             return self._clean_rankings[item.query_id]
         r = view.rank(item.query, self.depth, query_id=item.query_id, condition=item.condition,
                       correct_answers=item.correct_answers, target_answer=item.target_answer)
+        if item.condition != CLEAN:
+            from sieve.attacks.placement import apply_placement
+
+            r = apply_placement(r, self.ds, self.depth)   # forced-top families are pinned, not retrieved
         if item.condition == CLEAN:
             self._clean_rankings[item.query_id] = r
         return r
