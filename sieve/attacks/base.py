@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 import numpy as np
 
+from sieve.params import Params
 from sieve.types import AttackRecord, Document, Target
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def normalize_text(s: str) -> str:
     return " ".join(s.lower().replace("\u00a0", " ").split()).strip(" .?!,;:\"'")
 
 
-class Attack:
+class Attack(Params):
     """Base class of every attack recipe.
 
     Subclasses set ``name``/``paper``/``needs`` and implement :meth:`build` (the poison texts of one
@@ -102,24 +103,8 @@ class Attack:
     repeats payloads for volumes above 5 and records skips.
     """
 
-    name: ClassVar[str] = "base"
-    paper: ClassVar[str] = ""
-    needs: ClassVar[tuple[str, ...]] = ()
     #: Title of every poison document ("" = PoisonedRAG, which embeds the text alone).
     title: ClassVar[str] = ""
-    registry_name: str = ""
-
-    def __init__(self, **params: Any) -> None:
-        self._params = dict(params)
-        for k, v in params.items():
-            setattr(self, k, v)
-
-    def get_params(self) -> dict[str, Any]:
-        return dict(self._params)
-
-    @property
-    def label(self) -> str:
-        return self.registry_name or self.name
 
     # -- to implement ---------------------------------------------------------------------------
     def prepare(self, targets: Sequence[Target], resources: "Resources") -> None:

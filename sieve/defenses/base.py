@@ -15,6 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sieve.params import Params
 from sieve.types import Decision, DefenseResult, RankedDocument, Ranking
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sieve.defenses")
 
 
-class Defense:
+class Defense(Params):
     """Base class of every query-time defense.
 
     Class metadata (read by ``sieve list``, the runner and the dashboard):
@@ -32,33 +33,10 @@ class Defense:
     ``"retriever"`` vectors).
     """
 
-    name: ClassVar[str] = "base"
-    paper: ClassVar[str] = ""
-    needs: ClassVar[tuple[str, ...]] = ()
     #: True for corpus-time detectors (RSG) that must be ``fit`` on each corpus snapshot.
     corpus_time: ClassVar[bool] = False
     #: Name of the parameter that ``calibrate`` sets (None: nothing to calibrate).
     threshold_param: ClassVar[str | None] = None
-    registry_name: str = ""
-
-    def __init__(self, **params: Any) -> None:
-        self._params = dict(params)
-        for k, v in params.items():
-            setattr(self, k, v)
-
-    # -- scikit-learn style parameter access -------------------------------------------------
-    def get_params(self) -> dict[str, Any]:
-        return dict(self._params)
-
-    def set_params(self, **params: Any) -> "Defense":
-        self._params.update(params)
-        for k, v in params.items():
-            setattr(self, k, v)
-        return self
-
-    @property
-    def label(self) -> str:
-        return self.registry_name or self.name
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, snapshot: Any, resources: "Resources") -> "Defense":
