@@ -1,0 +1,71 @@
+"""The bundled demo knowledge base (issue: demo knowledge base): loads cleanly, has the promised
+size, every target carries five payloads asserting its target answer, qrels point at passages,
+and the shipped attack sets cover every registered family."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sieve.corpus import load_dataset
+from sieve.registry import ATTACKS
+
+DEMO = Path(__file__).resolve().parents[1] / "demo_data"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_dataset(DEMO)
+
+
+def test_counts(demo):
+    assert len(demo.documents) >= 600
+    topics = {d.id.rsplit("-", 1)[0] for d in demo.documents}
+    assert len(topics) >= 60
+    assert len(demo.queries) >= 120
+    assert len(demo.targets) >= 60
+
+
+def test_passage_lengths_and_styles(demo):
+    words = [len(d.text.split()) for d in demo.documents]
+    assert min(words) >= 40 and max(words) <= 200
+    assert sum(w < 60 for w in words) >= 30 and sum(w > 150 for w in words) >= 20   # short and long passages
+    non_latin = [d for d in demo.documents if re.search(r"[\u0370-\u03ff\u0400-\u04ff\u0600-\u06ff\u0900-\u097f\u3040-\u30ff\u4e00-\u9fff]", d.text)]
+    assert len(non_latin) >= 20       # honest multilingual text for the script-integrity signals
+
+
+def test_targets_have_five_payloads_asserting_the_target_answer(demo):
+    for t in demo.targets:
+        assert len(t.payloads) == 5, t.query_id
+        assert sorted(t.voices) == sorted(["encyclopedia", "news", "textbook", "forum", "qa"]), t.query_id
+        for p in t.payloads:
+            assert t.target_answer in p, (t.query_id, p[:60])
+            assert t.correct_answers[0].lower() not in p.lower(), (t.query_id, p[:60])
+        assert t.target_answer.lower() not in {a.lower() for a in t.correct_answers}
+
+
+def test_qrels_point_at_existing_passages_that_contain_an_answer(demo):
+    ids = {d.id for d in demo.documents}
+    for qid, rel in demo.qrels.items():
+        q = demo.query_by_id(qid)
+        assert set(rel) <= ids
+        texts = " ".join(demo.doc_by_id(d).text.lower() for d in rel)
+        assert any(a.lower() in texts for a in q.answers), qid
+
+
+def test_shipped_attack_sets_cover_every_family(demo):
+    assert set(demo.attack_families()) == set(ATTACKS.names())
+    per_family = Counter(a.attack for a in demo.attacks)
+    assert all(n == len(demo.targets) for n in per_family.values()), per_family
+    for a in demo.attacks:
+        assert len(a.documents) == 5 and all(d.id.startswith(f"attack:{a.attack}:{a.query_id}:") for d in a.documents)
+
+
+def test_data_card_lists_every_false_target_answer():
+    card = (DEMO / "README.md").read_text(encoding="utf-8")
+    for line in (DEMO / "targets.jsonl").read_text(encoding="utf-8").splitlines():
+        t = json.loads(line)
+        assert t["target_answer"] in card, t["query_id"]
