@@ -413,6 +413,13 @@ def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float =
 
 
 @DEFENSES.register(
+    "rsq_rescore",
+    preset={"refill": "rescore"},
+    summary="RSQ with rescoring refill: re-run RSQ on the refilled ranking until no new flag (≤ 3 rounds).",
+    paper="RAGSieve §3 + Sieve option (§5 refill is not rescored in the paper)",
+    needs=("lm", "token_encoder"),
+)
+@DEFENSES.register(
     "rsq",
     summary="RAGSieve RSQ: top-5 vs. ranks 6–20 contrast (anchor, script, surprisal, alignment).",
     paper="RAGSieve §3 (RSQ)",
