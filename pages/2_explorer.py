@@ -105,7 +105,11 @@ with state.page_guard("Query explorer"):
                     st.warning(f"{spec} could not be prepared: {state.friendly(e)}")
             base = {"none": state.defense("none", cond)}
             status.update(label="Ranking and applying defenses…")
-            result = S.explore(view, ds, res, query, cond, {**base, **defs}, query_id, k_ctx)
+            quarantined = S.quarantined_ids(view, res)
+            if quarantined:
+                st.caption(f"{len(quarantined)} document(s) quarantined in the ledger (open or confirmed alerts) "
+                           "are excluded from retrieval; roll an alert back on *Alerts* to restore a document.")
+            result = S.explore(view, ds, res, query, cond, {**base, **defs}, query_id, k_ctx, exclude=quarantined)
             status.update(label=f"Done in {result.timings_ms['total']:.0f} ms", state="complete")
         cache.clear()
         cache[key] = result

@@ -330,6 +330,29 @@ class Ledger:
             args.append(corpus_hash)
         return {r["doc_id"] for r in self._conn.execute(sql, args)}
 
+    def quarantined_ids(self, documents: Iterable[Any], policy: str = "open_and_confirmed") -> set[str]:
+        """Ids of ``documents`` (objects with ``id`` and ``hash``/``text``) that retrieval must exclude
+        under ``policy``: an alert in an excluded state for the same document id *and* the same
+        content hash (a document edited since it was flagged is not excluded by the old flag)."""
+        if policy not in EXCLUSION_POLICIES:
+            raise LedgerError(f"unknown exclusion policy {policy!r}; choose from {', '.join(EXCLUSION_POLICIES)}")
+        states = EXCLUSION_POLICIES[policy]
+        if not states:
+            return set()
+        rows = self._conn.execute(
+            f"SELECT doc_id, content_hash FROM alerts WHERE state IN ({','.join('?' * len(states))})", list(states))
+        flagged = {(r["doc_id"], r["content_hash"]) for r in rows}
+        if not flagged:
+            return set()
+        from sieve.types import content_hash
+
+        out: set[str] = set()
+        for d in documents:
+            h = getattr(d, "hash", None) or content_hash(d.text)
+            if (d.id, h) in flagged:
+                out.add(d.id)
+        return out
+
     def export_csv(self, path: str | os.PathLike[str], **filters: Any) -> int:
         """Write the alerts (filters as in :meth:`alerts`) to CSV; evidence as JSON. Returns the row count."""
         rows = self.alerts(**filters)

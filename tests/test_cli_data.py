@@ -103,3 +103,37 @@ def test_help_texts():
     assert r.exit_code == 0 and "Embed a dataset's corpus" in r.output and "--with-attacks" in r.output
     r = runner.invoke(app, ["search", "--help"])
     assert r.exit_code == 0 and "top-k documents" in r.output and "--attack" in r.output
+
+
+def test_search_excludes_quarantined_documents_until_rolled_back(dataset, tmp_path):
+    from sieve.ledger import Flag, Ledger
+    from sieve.types import content_hash
+
+    ledger = Ledger(tmp_path / "cache" / "ledger.sqlite")      # the default path under SIEVE_CACHE_DIR
+    text = "Canberra is the capital of Australia."
+    (aid,) = ledger.add_flags([Flag("canberra", content_hash(text), 1.0, 0.5, reason="test")], detector="rsg")
+    args = ["search", str(dataset), "What is the capital of Australia?", "-k", "2", "-r", "tiny-hashing"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "canberra" not in [row[2] for row in _rows(r.output)]
+    assert "1 quarantined document(s) excluded" in r.output
+    r = runner.invoke(app, args + ["--quarantine", "none"])
+    assert _rows(r.output)[0][2] == "canberra"
+    r = runner.invoke(app, args + ["--quarantine", "confirmed_only"])      # still open: not excluded
+    assert _rows(r.output)[0][2] == "canberra"
+    ledger.confirm(aid, who="analyst", why="poison")
+    ledger.rollback(aid, who="analyst", why="false positive")
+    r = runner.invoke(app, args)
+    assert _rows(r.output)[0][2] == "canberra"                        # rollback restores the document
+    r = runner.invoke(app, args + ["--quarantine", "everything"])
+    assert r.exit_code == 2 and "--quarantine must be one of" in r.output
+
+
+def test_ledger_ignores_a_flag_on_an_edited_document(tmp_path):
+    from sieve.ledger import Flag, Ledger
+    from sieve.types import Document, content_hash
+
+    ledger = Ledger(tmp_path / "l.sqlite")
+    ledger.add_flags([Flag("d1", content_hash("old text"), 1.0, 0.5)], detector="rsg")
+    assert ledger.quarantined_ids([Document("d1", "old text")]) == {"d1"}
+    assert ledger.quarantined_ids([Document("d1", "new text")]) == set()

@@ -118,6 +118,19 @@ def index_command(
     typer.echo(f"total      {time.perf_counter() - t0:.1f} s")
 
 
+def _quarantined(documents: list, cfg: "SieveConfig", ledger_path: Optional[Path], policy: str) -> set[str]:
+    """Ids the quarantine ledger keeps out of retrieval (DESIGN.md: quarantine is exclusion, never
+    deletion). No ledger file yet → nothing excluded (searching never creates one)."""
+    from sieve.ledger import EXCLUSION_POLICIES, Ledger, default_ledger_path
+
+    if policy not in EXCLUSION_POLICIES:
+        raise UserError(f"--quarantine must be one of {', '.join(EXCLUSION_POLICIES)}; got {policy!r}")
+    path = ledger_path or default_ledger_path(cfg)
+    if policy == "none" or not Path(path).exists():
+        return set()
+    return Ledger(path).quarantined_ids(documents, policy)
+
+
 @app.command("search")
 @user_errors
 def search_command(
@@ -131,6 +144,11 @@ def search_command(
     retriever: Optional[str] = typer.Option(None, "--retriever", "-r", help=_RETRIEVER_HELP),
     width: int = typer.Option(90, "--width", min=20, help="Maximum characters of each text snippet."),
     config_file: Optional[Path] = typer.Option(None, "--config", help=_CONFIG_HELP),
+    quarantine: str = typer.Option("open_and_confirmed", "--quarantine",
+                                   help="Which quarantine-ledger alerts keep a document out of the results: "
+                                        "open_and_confirmed (default), confirmed_only or none."),
+    ledger_path: Optional[Path] = typer.Option(None, "--ledger", help="Quarantine ledger (SQLite; default "
+                                               "<cache dir>/ledger.sqlite, written by `sieve audit`)."),
 ) -> None:
     """Show the top-k documents the retriever returns for a query (builds the index if needed).
 
@@ -151,7 +169,11 @@ def search_command(
     if attack:
         index = index.with_documents(injected, cache=cache, progress=True)
         condition = attack
-    ranking = index.rank(query, k, condition=condition)
+    excluded = _quarantined(index.documents, cfg, ledger_path, quarantine)
+    ranking = index.rank(query, k, condition=condition, exclude=excluded)
+    if excluded:
+        typer.echo(f"({len(excluded)} quarantined document(s) excluded by the ledger, policy {quarantine}; "
+                   "`--quarantine none` shows them)", err=True)
     typer.echo(f"{len(ranking.documents)} of {len(index)} documents ({condition}) for: {plain(query, 200)}")
     id_w = min(32, max((len(plain(d.id)) for d in ranking.documents), default=2))
     typer.echo(f"{'rank':>4}  {'score':>6}  {'':6}  {'id':<{id_w}}  text")

@@ -194,8 +194,20 @@ def condition_view(index: "VectorIndex", ds: "Dataset", condition: str) -> "Vect
     return index.with_documents(docs) if docs else index
 
 
+def quarantined_ids(view: "VectorIndex", resources: "Resources | None" = None,
+                    policy: str = "open_and_confirmed") -> set[str]:
+    """Documents of ``view`` the quarantine ledger keeps out of retrieval under ``policy`` (same rule as
+    ``sieve search``: alert state and content hash must match). No ledger file → nothing excluded."""
+    from sieve.ledger import Ledger
+
+    path = ledger_path(resources)
+    if policy == "none" or not path.exists():
+        return set()
+    return Ledger(path).quarantined_ids(view.documents, policy)
+
+
 def rank_query(view: "VectorIndex", ds: "Dataset", query: str, condition: str = CLEAN, query_id: str = "",
-               depth: int = EXPLORER_DEPTH) -> Ranking:
+               depth: int = EXPLORER_DEPTH, exclude: "set[str] | frozenset[str]" = frozenset()) -> Ranking:
     """The explorer's ranking: retrieval on the condition's snapshot with correct/target answers
     filled from the dataset; forced-top families are pinned with :func:`force_top` (§7.3)."""
     correct: tuple[str, ...] = ()
@@ -214,7 +226,7 @@ def rank_query(view: "VectorIndex", ds: "Dataset", query: str, condition: str = 
             target_answer = recs[0].target_answer or target_answer
             correct = tuple(recs[0].correct_answers) or correct
     ranking = view.rank(query, depth, query_id=query_id, condition=condition, correct_answers=correct,
-                        target_answer=target_answer)
+                        target_answer=target_answer, exclude=set(exclude))
     from sieve.attacks.placement import apply_placement
 
     return apply_placement(ranking, ds, depth)
@@ -330,11 +342,11 @@ def rsq_evidence(ranking: Ranking, resources: "Resources", results: dict[str, De
 
 def explore(view: "VectorIndex", ds: "Dataset", resources: "Resources", query: str, condition: str,
             defenses: dict[str, "Defense"], query_id: str = "", k_ctx: int = 5,
-            depth: int = EXPLORER_DEPTH) -> ExplorerResult:
+            depth: int = EXPLORER_DEPTH, exclude: "set[str] | frozenset[str]" = frozenset()) -> ExplorerResult:
     """The explorer's call path: rank, apply every (prepared) defense, collect RSQ evidence. A
     failing defense is reported in ``errors`` and the others still run."""
     t0 = time.perf_counter()
-    ranking = rank_query(view, ds, query, condition, query_id, depth)
+    ranking = rank_query(view, ds, query, condition, query_id, depth, exclude)
     timings = {"retrieval": (time.perf_counter() - t0) * 1000}
     results: dict[str, DefenseResult] = {}
     errors: dict[str, str] = {}
