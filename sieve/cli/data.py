@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
+from sieve.models.tiny import TESTING_RETRIEVER, tiny_resources
 
 if TYPE_CHECKING:
     from sieve.config import SieveConfig
     from sieve.corpus import Dataset
     from sieve.models.protocols import Embedder
 
-TESTING_RETRIEVER = "tiny-hashing"
-"""Hidden retriever name resolving to the in-process hashing embedder (tests, smoke checks)."""
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 
@@ -42,9 +41,7 @@ def _config(config_file: Optional[Path], retriever: Optional[str]) -> "SieveConf
 def _load_retriever(cfg: "SieveConfig") -> "Embedder":
     name = cfg.models.retriever
     if name == TESTING_RETRIEVER:
-        from sieve.models.tiny import HashingEmbedder
-
-        return HashingEmbedder(dim=64)
+        return tiny_resources(cfg).retriever
     try:
         from sieve.models import load_embedder
     except ImportError as e:  # pragma: no cover - partial installation

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
+from sieve.models.tiny import TESTING_RETRIEVER, tiny_resources
 
 if TYPE_CHECKING:
     from sieve.config import SieveConfig
     from sieve.corpus import Dataset
     from sieve.resources import Resources
 
-TESTING_RETRIEVER = "tiny-hashing"
 """Hidden retriever name: every model role becomes a tiny in-process model (tests, smoke checks)."""
 
 
@@ -41,10 +41,7 @@ def _resources(cfg: "SieveConfig", ds: "Dataset") -> "Resources":
     from sieve.resources import Resources
 
     if cfg.models.retriever == TESTING_RETRIEVER:
-        from sieve.models.tiny import HashingEmbedder, HashingTokenEncoder, UnigramLM
-
-        return Resources(cfg, retriever=HashingEmbedder(dim=64), judge=HashingEmbedder(dim=48, model_id="tiny-judge"),
-                         lm=UnigramLM([d.text for d in ds.documents]), token_encoder=HashingTokenEncoder(), llm=None)
+        return tiny_resources(cfg, [d.text for d in ds.documents])
     from sieve.index import ArtifactCache
 
     return Resources(cfg, cache=ArtifactCache.default(cfg))

@@ -90,14 +90,9 @@ def make_resources(tiny: bool | None = None, corpus_texts: Sequence[str] = ()) -
     tiny = tiny_mode() if tiny is None else tiny
     if not tiny:
         return Resources(SieveConfig.load())
-    from sieve.models.tiny import HashingEmbedder, HashingTokenEncoder, ScriptedLLM, UnigramLM
+    from sieve.models.tiny import ScriptedLLM, tiny_resources
 
-    return Resources(
-        SieveConfig(),
-        retriever=HashingEmbedder(dim=64), judge=HashingEmbedder(dim=48, model_id="tiny-judge"),
-        lm=UnigramLM(list(corpus_texts)), token_encoder=HashingTokenEncoder(),
-        llm=ScriptedLLM(tiny_reply, model_id="tiny-echo"),
-    )
+    return tiny_resources(SieveConfig(), corpus_texts, llm=ScriptedLLM(tiny_reply, model_id="tiny-echo"))
 
 
 def model_summary(resources: "Resources") -> dict[str, str]:

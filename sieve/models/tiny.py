@@ -15,6 +15,9 @@ import numpy as np
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
+TESTING_RETRIEVER = "tiny-hashing"
+"""Hidden retriever name the CLI resolves to the tiny models (tests, smoke checks)."""
+
 
 def _bucket(token: str, dim: int) -> tuple[int, float]:
     h = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
@@ -129,3 +132,12 @@ class ScriptedLLM:
 
             raise LLMError(f"{self.model_id} cannot score likelihoods")
         return self._scorer(answer, context)
+
+
+def tiny_resources(config=None, corpus_texts: Sequence[str] = (), llm=None):  # noqa: ANN001, ANN201
+    """A :class:`~sieve.resources.Resources` with every model role tiny: hashing retriever (64-d) and
+    judge (48-d), a unigram LM fitted on ``corpus_texts``, hashing token encoder, and ``llm``."""
+    from sieve.resources import Resources
+
+    return Resources(config, retriever=HashingEmbedder(dim=64), judge=HashingEmbedder(dim=48, model_id="tiny-judge"),
+                     lm=UnigramLM(list(corpus_texts)), token_encoder=HashingTokenEncoder(), llm=llm)
