@@ -1,14 +1,27 @@
 """Name → recipe registries read by the CLI, the evaluation runner and the dashboard.
 
-Defenses and attacks register themselves once, at import of their module, with class-level
-metadata (garak's plugin discipline). A registered *name* may be a preset of a class (e.g.
-``tris_l1`` is :class:`~sieve.defenses.tris.TRIS` with L2 and L3 switched off). Registered names
-are a public contract: never rename or drop one.
+Defenses and attacks register themselves at import of their module with a bare class decorator
+(``@DEFENSES.register``); all metadata lives on the class (garak's plugin discipline): ``name``,
+``summary``, ``paper``, ``needs`` and ``presets``. A preset is another registered name for the same
+class with fixed parameters (e.g. ``tris_l1`` is :class:`~sieve.defenses.tris.TRIS` with L2 and L3
+switched off); it may override ``summary``, ``paper`` and ``needs`` for that name.
+
+Modules are discovered, not listed: the first lookup imports every module of the ``sieve.defenses``
+(resp. ``sieve.attacks``) package, so a new module registers itself by existing. This module imports
+neither package at import time (no import cycle: a defense module imports ``sieve.registry``).
+
+Registered names are a public contract: never rename or drop one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from sieve.params import unknown_parameter_message
+
+#: Model roles a recipe can need — the attributes of :class:`sieve.resources.Resources`
+#: (``causal_lm`` is ``Resources.lm``; ``judge`` the judge embedder).
+RESOURCE_ROLES: tuple[str, ...] = ("retriever", "judge", "causal_lm", "token_encoder", "llm")
 
 
 @dataclass(frozen=True)
@@ -18,11 +31,20 @@ class Entry:
     preset: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
     paper: str = ""
-    needs: tuple[str, ...] = ()  # any of: "retriever", "embedder", "lm", "token_encoder", "llm"
+    needs: tuple[str, ...] = ()  # RESOURCE_ROLES names
+
+    def param_names(self) -> list[str]:
+        names = getattr(self.factory, "param_names", None)
+        return list(names()) if callable(names) else []
 
     def create(self, **params: Any) -> Any:
-        merged = {**self.preset, **params}
-        obj = self.factory(**merged)
+        """A new instance with the preset's parameters overridden by ``params``; an unknown
+        parameter name raises :class:`ValueError` naming this entry, the key and the valid names."""
+        valid = self.param_names()
+        bad = set(params) - set(valid)
+        if bad:
+            raise ValueError(unknown_parameter_message(self.name, bad, valid))
+        obj = self.factory(**{**self.preset, **params})
         try:
             obj.registry_name = self.name
         except AttributeError:  # pragma: no cover - frozen objects
@@ -30,43 +52,61 @@ class Entry:
         return obj
 
 
+def _check_metadata(kind: str, name: str, summary: str, paper: str, needs: tuple[str, ...]) -> None:
+    if not name or not summary or not paper:
+        raise ValueError(f"{kind} {name!r}: name, summary and paper must be non-empty")
+    bad = [n for n in needs if n not in RESOURCE_ROLES]
+    if bad:
+        raise ValueError(f"{kind} {name!r}: unknown needs {bad}; use {', '.join(RESOURCE_ROLES)}")
+
+
 class Registry:
-    def __init__(self, kind: str, modules: tuple[str, ...]):
+    def __init__(self, kind: str, package: str):
         self.kind = kind
-        self._modules = modules
+        self.package = package
         self._entries: dict[str, Entry] = {}
         self._loaded = False
 
-    def register(self, name: str, factory: Callable[..., Any] | None = None, *, preset: dict[str, Any] | None = None,
-                 summary: str = "", paper: str = "", needs: tuple[str, ...] | None = None):
-        """Register ``factory`` under ``name``; usable as a class decorator."""
-
-        def deco(f: Callable[..., Any]) -> Callable[..., Any]:
-            if name in self._entries and self._entries[name].factory is not f:
+    def register(self, cls: type) -> type:
+        """Class decorator: register ``cls`` under ``cls.name`` and each name of ``cls.presets``."""
+        items = [(cls.name, {})] + list(getattr(cls, "presets", {}).items())
+        for name, spec in items:
+            unknown = set(spec) - {"params", "summary", "paper", "needs"}
+            if unknown:
+                raise ValueError(f"{self.kind} preset {name!r}: unknown keys {sorted(unknown)}")
+            entry = Entry(name=name, factory=cls, preset=dict(spec.get("params", {})),
+                          summary=spec.get("summary", cls.summary), paper=spec.get("paper", cls.paper),
+                          needs=tuple(spec.get("needs", cls.needs)))
+            _check_metadata(self.kind, entry.name, entry.summary, entry.paper, entry.needs)
+            bad = set(entry.preset) - set(entry.param_names())
+            if bad:
+                raise ValueError(unknown_parameter_message(f"preset {name}", bad, entry.param_names()))
+            old = self._entries.get(name)
+            if old is not None and old.factory is not cls:
                 raise ValueError(f"{self.kind} name {name!r} is already registered")
-            self._entries[name] = Entry(
-                name=name,
-                factory=f,
-                preset=dict(preset or {}),
-                summary=summary or (f.__doc__ or "").strip().splitlines()[0] if (summary or f.__doc__) else "",
-                paper=paper or getattr(f, "paper", ""),
-                needs=tuple(needs if needs is not None else getattr(f, "needs", ())),
-            )
-            return f
+            self._entries[name] = entry
+        return cls
 
-        return deco(factory) if factory is not None else deco
+    def modules(self) -> list[str]:
+        """Every module of the package (discovered with :func:`pkgutil.iter_modules`)."""
+        import importlib
+        import pkgutil
+
+        pkg = importlib.import_module(self.package)
+        return sorted(f"{self.package}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)
+                      if not m.name.startswith("_"))
 
     def _load(self) -> None:
         if not self._loaded:
             import importlib
 
             self._loaded = True
-            for m in self._modules:
-                try:
+            try:
+                for m in self.modules():
                     importlib.import_module(m)
-                except ModuleNotFoundError as e:  # a listed module not written yet; tests/test_registry.py forbids this
-                    if e.name != m:
-                        raise
+            except BaseException:
+                self._loaded = False
+                raise
 
     def names(self) -> list[str]:
         self._load()
@@ -87,26 +127,5 @@ class Registry:
         return list(self._entries.values())
 
 
-DEFENSES = Registry(
-    "defense",
-    (
-        "sieve.defenses.none",
-        "sieve.defenses.tris",
-        "sieve.defenses.trustrag",
-        "sieve.defenses.robustrag",
-        "sieve.defenses.perplexity",
-        "sieve.defenses.rsq",
-        "sieve.defenses.rsg",
-        "sieve.defenses.serial",
-    ),
-)
-ATTACKS = Registry(
-    "attack",
-    (
-        "sieve.attacks.blackbox",
-        "sieve.attacks.hotflip",
-        "sieve.attacks.paraphrase",
-        "sieve.attacks.script_trigger",
-        "sieve.attacks.placement",
-    ),
-)
+DEFENSES = Registry("defense", "sieve.defenses")
+ATTACKS = Registry("attack", "sieve.attacks")

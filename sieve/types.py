@@ -8,7 +8,7 @@ every defense in :mod:`sieve.defenses` returns.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 
@@ -151,6 +151,35 @@ class Decision:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Decision":
+        """Inverse of :meth:`to_dict` (e.g. a decision read back from ``records.jsonl``); unknown keys
+        are ignored, ``evidence`` is copied."""
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["evidence"] = dict(kw.get("evidence") or {})
+        kw["removed"] = bool(kw.get("removed", False))
+        return cls(**kw)
+
+
+@dataclass
+class Inspection:
+    """What :meth:`sieve.defenses.base.Defense.inspect` returns for one ranking: one decision per
+    document (same order), plus what the defense learned on the way. ``answer`` is set by defenses
+    that produce their own answer (RobustRAG, TrustRAG; ``Defense.answers``). ``info["context_k"]``,
+    when present, overrides the context size used by ``Defense.apply`` (``None`` = all survivors)."""
+
+    decisions: list[Decision]
+    info: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    layers_run: list[str] = field(default_factory=list)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    answer: str | None = None
+
+    @property
+    def removed_ids(self) -> list[str]:
+        return [d.doc_id for d in self.decisions if d.removed]
+
 
 @dataclass
 class DefenseResult:
@@ -158,7 +187,8 @@ class DefenseResult:
 
     ``decisions`` holds one entry per input document (same order as the ranking); ``context``
     is the final generation context after refill to ``k_ctx``; ``fallback_used`` is set when every
-    document was filtered and the unfiltered list was used instead (with a warning).
+    document was filtered and the unfiltered list was used instead (with a warning); ``answer`` is
+    the defense's own answer (defenses with ``answers = True``), else ``None``.
     """
 
     defense: str
@@ -169,6 +199,7 @@ class DefenseResult:
     latency_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    answer: str | None = None
 
     @property
     def removed_ids(self) -> list[str]:
@@ -190,4 +221,5 @@ class DefenseResult:
             "latency_ms": dict(self.latency_ms),
             "warnings": list(self.warnings),
             "info": self.info,
+            "answer": self.answer,
         }

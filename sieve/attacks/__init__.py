@@ -1,4 +1,4 @@
-"""Attack factory: registered recipes that turn attack targets into poison documents (ALGORITHMS.md §7).
+"""Attack factory: registered recipes that turn attack targets into poison documents (docs/algorithms.md §7).
 
 Registered names (a public contract, :data:`sieve.registry.ATTACKS`):
 
@@ -33,7 +33,6 @@ from sieve.attacks.base import (
     validate_volume,
     write_attacks,
 )
-from sieve.attacks import blackbox, hotflip, paraphrase, script_trigger  # noqa: F401  (register, in listing order)
 from sieve.attacks.placement import force_top, is_forced_top, with_volume
 from sieve.registry import ATTACKS
 from sieve.types import Target

@@ -3,7 +3,7 @@
 TextAttack discipline: each recipe is *goal* (make the retriever rank a passage asserting
 ``target_answer`` into the top-k for ``query``) + *transformation* (how the trigger is built)
 + *search* (none for template attacks, HotFlip for ``pr_w``), and each default sits next to the
-sentence of the paper that sets it (ALGORITHMS.md §7).
+sentence of the paper that sets it (docs/algorithms.md §7).
 
     out = ATTACKS.create("pr_b").generate(targets, resources, seed=0, volume=5)
     out.records   # list[AttackRecord], one per target (one line of attacks.jsonl)
@@ -17,7 +17,7 @@ distinct ids (RAGSieve "10 = the 5 passages repeated with distinct ids", §7.4),
 v documents of a volume-20 record are exactly the volume-v record (see
 :func:`sieve.attacks.placement.with_volume`).
 
-This module also holds the ``attacks.jsonl`` writer/merger (DESIGN.md dataset format, §11.2).
+This module also holds the ``attacks.jsonl`` writer/merger (docs/design.md dataset format, §11.2).
 """
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ class Attack(Params):
     # -- template -------------------------------------------------------------------------------
     def generate(self, targets: Iterable[Target], resources: "Resources", seed: int = 0, volume: int = 5,
                  progress: bool = True) -> AttackOutput:
-        """Poison documents for every target (ALGORITHMS.md §7); see the module docstring."""
+        """Poison documents for every target (docs/algorithms.md §7); see the module docstring."""
         volume = validate_volume(volume)
         targets = list(targets)
         self._stats: dict[str, Any] = {}
@@ -188,7 +188,7 @@ def _target_problem(t: Target) -> str:
     return ""
 
 
-# ---- attacks.jsonl I/O (DESIGN.md dataset format, ALGORITHMS.md §11.2) ---------------------------
+# ---- attacks.jsonl I/O (docs/design.md dataset format, docs/algorithms.md §11.2) ---------------------------
 # One writer for the whole project: sieve.corpus.attack_record_to_row + write_jsonl (atomic).
 def write_attacks(path: str | os.PathLike[str], records: Sequence[AttackRecord]) -> int:
     """Write ``records`` as attacks.jsonl, atomically. Returns the number of lines."""

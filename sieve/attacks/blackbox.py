@@ -1,6 +1,6 @@
 """Template (no search) attacks: PoisonedRAG black-box, diversified payload, payload only.
 
-One class, three registered presets (ALGORITHMS.md §7.1, §7.3, RobustRAG setting):
+One class, three registered presets (docs/algorithms.md §7.1, §7.3, RobustRAG setting):
 
 * ``pr_b`` – PoisonedRAG black-box "LM_targeted": poison = query + "." + payload_j. "The join has
   no space" (PR:src/attack.py, §7.1).
@@ -23,26 +23,28 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 
-@ATTACKS.register("payload_only", preset={"trigger": "none", "join": ""},
-                  summary="Payload passages alone, no trigger (RobustRAG poisoning setting)",
-                  paper="RobustRAG (Xiang et al. 2024); TRIS pilot 'verbatim' §7.3", needs=())
-@ATTACKS.register("diverse", preset={"trigger": "query", "join": ". "},
-                  summary="Diversified payload: verbatim question + '. ' + five genre-distinct payloads",
-                  paper="TRIS adaptive 'diversity' level §7.3", needs=())
-@ATTACKS.register("pr_b", preset={"trigger": "query", "join": "."},
-                  summary="PoisonedRAG black-box: query + '.' + payload (no space)",
-                  paper="PoisonedRAG (Zou et al., USENIX Sec 2025) §7.1", needs=())
+@ATTACKS.register
 class TemplateAttack(Attack):
     """Poison = trigger + join + payload, with ``trigger`` "query" (the verbatim question) or
     "none" (payload alone). Presets: ``pr_b``, ``diverse``, ``payload_only``."""
 
     name = "pr_b"
-    paper = "PoisonedRAG §7.1"
+    summary = "PoisonedRAG black-box: query + '.' + payload (no space)"
+    paper = "PoisonedRAG (Zou et al., USENIX Sec 2025), docs/algorithms.md §7.1"
+    needs = ()
+    presets = {
+        "diverse": {"params": {"trigger": "query", "join": ". "},
+                    "summary": "Diversified payload: verbatim question + '. ' + five genre-distinct payloads",
+                    "paper": "TRIS adaptive 'diversity' level, docs/algorithms.md §7.3"},
+        "payload_only": {"params": {"trigger": "none", "join": ""},
+                         "summary": "Payload passages alone, no trigger (RobustRAG poisoning setting)",
+                         "paper": "RobustRAG (Xiang et al. 2024); TRIS pilot 'verbatim', docs/algorithms.md §7.3"},
+    }
 
-    def __init__(self, trigger: str = "query", join: str = ".", **params: Any) -> None:
+    def __init__(self, trigger: str = "query", join: str = ".") -> None:
         if trigger not in ("query", "none"):
             raise ValueError(f"trigger must be 'query' or 'none', got {trigger!r}")
-        super().__init__(trigger=trigger, join=join, **params)
+        super().__init__(trigger=trigger, join=join)
 
     def build(self, target: Target, payload_indices: list[int], resources: "Resources",
               seed: int) -> dict[int, tuple[str, dict[str, Any]]]:

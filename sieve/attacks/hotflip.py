@@ -1,4 +1,4 @@
-"""PoisonedRAG white-box HotFlip (PR-W) against the configured retriever (ALGORITHMS.md §7.2).
+"""PoisonedRAG white-box HotFlip (PR-W) against the configured retriever (docs/algorithms.md §7.2).
 
 Goal: maximise sim = ⟨p_emb, q_emb⟩ of the poison passage to the fixed query embedding, where
 p_emb is computed exactly as the retriever computes it (its tokenizer, its PyTorch model, its
@@ -129,8 +129,7 @@ def allowed_candidate_mask(tokenizer: Any, vocab_size: int) -> np.ndarray:
     return mask
 
 
-@ATTACKS.register("pr_w", summary="PoisonedRAG white-box: HotFlip-optimised trigger against the retriever + payload",
-                  paper="PoisonedRAG (Zou et al., USENIX Sec 2025) white-box §7.2", needs=("retriever",))
+@ATTACKS.register
 class HotFlipAttack(Attack):
     """PoisonedRAG PR-W: gold-initialised HotFlip trigger + fluent payload (see module docstring).
 
@@ -138,14 +137,16 @@ class HotFlipAttack(Attack):
     """
 
     name = "pr_w"
-    paper = "PoisonedRAG §7.2"
+    summary = "PoisonedRAG white-box: HotFlip-optimised trigger against the retriever + payload"
+    paper = "PoisonedRAG (Zou et al., USENIX Sec 2025) white-box, docs/algorithms.md §7.2"
+    needs = ("retriever",)
 
-    def __init__(self, iterations: int = 30, candidates: int = 100, batch_size: int = 32, **params: Any) -> None:
+    def __init__(self, iterations: int = 30, candidates: int = 100, batch_size: int = 32) -> None:
         if int(iterations) < 0:
             raise ValueError(f"iterations must be >= 0, got {iterations}")
         if int(candidates) < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates}")
-        super().__init__(iterations=int(iterations), candidates=int(candidates), batch_size=int(batch_size), **params)
+        super().__init__(iterations=int(iterations), candidates=int(candidates), batch_size=int(batch_size))
 
     def prepare(self, targets: Sequence[Target], resources: "Resources") -> None:
         self._retriever = resources.retriever

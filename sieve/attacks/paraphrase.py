@@ -1,4 +1,4 @@
-"""Paraphrased trigger: TRIS adaptive round 1 (TRIS:gen_adaptive_poisons_delta.py, ALGORITHMS.md §7.3).
+"""Paraphrased trigger: TRIS adaptive round 1 (TRIS:gen_adaptive_poisons_delta.py, docs/algorithms.md §7.3).
 
 "The trigger is replaced by an LLM paraphrase of the query: gpt-3.5-turbo-0125, T=0.7, max 64
 tokens … The paraphrase prompt asks for the same meaning with different words and structure, one
@@ -111,8 +111,7 @@ class ParaphraseCache:
         self.dirty = False
 
 
-@ATTACKS.register("paraphrase", summary="Paraphrased trigger: LLM paraphrase of the query + '.' + payload",
-                  paper="TRIS adaptive round 1 (gen_adaptive_poisons_delta.py) §7.3", needs=("llm",))
+@ATTACKS.register
 class ParaphraseAttack(Attack):
     """Poison = validated LLM paraphrase of the query + "." + payload; verbatim query on failure.
 
@@ -121,12 +120,14 @@ class ParaphraseAttack(Attack):
     """
 
     name = "paraphrase"
-    paper = "TRIS §7.3"
+    summary = "Paraphrased trigger: LLM paraphrase of the query + '.' + payload"
+    paper = "TRIS adaptive round 1 (gen_adaptive_poisons_delta.py), docs/algorithms.md §7.3"
+    needs = ("llm",)
 
-    def __init__(self, retries: int = 1, cache_path: str | None = None, **params: Any) -> None:
+    def __init__(self, retries: int = 1, cache_path: str | None = None) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
-        super().__init__(retries=retries, cache_path=cache_path, **params)
+        super().__init__(retries=retries, cache_path=cache_path)
 
     def prepare(self, targets: Sequence[Target], resources: "Resources") -> None:
         if self.cache_path == "":

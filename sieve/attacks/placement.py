@@ -1,6 +1,6 @@
 """Placement: forced-top poisons and injection-volume helpers.
 
-**Forced-top** (TRIS:pilot_cpu.py, exp_robustrag_pareto.py; ALGORITHMS.md §7.3) is not live
+**Forced-top** (TRIS:pilot_cpu.py, exp_robustrag_pareto.py; docs/algorithms.md §7.3) is not live
 retrieval: "Poison i (0-based) gets score top1_clean + 1.0 − 0.001·i, so all poisons sit above every
 clean document in their given order. The list is truncated to k=50." The worst case for a
 defense: the retriever is taken out of the loop.
@@ -34,13 +34,14 @@ FORCED_OFFSET = 1.0
 FORCED_STEP = 0.001
 
 
-@ATTACKS.register("forced_top", summary="Forced-top placement: 'question.' + payload pinned above every clean document",
-                  paper="TRIS pilot_cpu.py forced-top placement §7.3", needs=())
+@ATTACKS.register
 class ForcedTopAttack(Attack):
     """Poisons "question." + payload, to be pinned above every clean document by :func:`force_top`."""
 
     name = "forced_top"
-    paper = "TRIS pilot_cpu.py §7.3"
+    summary = "Forced-top placement: 'question.' + payload pinned above every clean document"
+    paper = "TRIS pilot_cpu.py forced-top placement, docs/algorithms.md §7.3"
+    needs = ()
 
     def build(self, target: Target, payload_indices: list[int], resources: Any,
               seed: int) -> dict[int, tuple[str, dict[str, Any]]]:

@@ -1,4 +1,4 @@
-"""Mixed-script trigger (CEM-style), ALGORITHMS.md §7.2 (last bullet) and §7.4 (CEM-C).
+"""Mixed-script trigger (CEM-style), docs/algorithms.md §7.2 (last bullet) and §7.4 (CEM-C).
 
 RAGSieve's PR-W demo under BGE-M3 shows "an optimised prefix [that] is a multilingual mix of
 scripts followed by the payload", and its CEM-C demo shares "one identical optimised multilingual
@@ -57,22 +57,22 @@ def writing_systems(text: str) -> list[str]:
     return sorted(out)
 
 
-@ATTACKS.register("script", summary="Mixed-script trigger: homoglyph/foreign-script query prefix shared by all documents",
-                  paper="RAGSieve PR-W (BGE-M3) / CEM-C demo §7.2, §7.4", needs=())
+@ATTACKS.register
 class ScriptTriggerAttack(Attack):
     """Query with look-alike and foreign-script words + a multilingual tail, shared per target."""
 
     name = "script"
-    paper = "RAGSieve CEM-C demo §7.4"
+    summary = "Mixed-script trigger: homoglyph/foreign-script query prefix shared by all documents"
+    paper = "RAGSieve PR-W (BGE-M3) / CEM-C demo, docs/algorithms.md §7.2, §7.4"
+    needs = ()
 
-    def __init__(self, swap_fraction: float = 0.4, foreign_fraction: float = 0.2, tail_tokens: int = 4,
-                 **params: Any) -> None:
+    def __init__(self, swap_fraction: float = 0.4, foreign_fraction: float = 0.2, tail_tokens: int = 4) -> None:
         if not 0 <= swap_fraction <= 1 or not 0 <= foreign_fraction <= 1:
             raise ValueError("swap_fraction and foreign_fraction must be in [0, 1]")
         if tail_tokens < 0:
             raise ValueError("tail_tokens must be >= 0")
         super().__init__(swap_fraction=swap_fraction, foreign_fraction=foreign_fraction,
-                         tail_tokens=tail_tokens, **params)
+                         tail_tokens=tail_tokens)
 
     def prefix(self, query: str, query_id: str, seed: int) -> str:
         """The shared mixed-script prefix of one target (deterministic in seed and query_id)."""

@@ -1,4 +1,4 @@
-"""TRIS Layer 3: LLM consistency verifiers that fail open (ALGORITHMS.md §2.4, DESIGN.md).
+"""TRIS Layer 3: LLM consistency verifiers that fail open (docs/algorithms.md §2.4, docs/design.md).
 
 Three back-ends share one result type (:class:`L3Outcome`, one :class:`DocVerdict` per document):
 
@@ -10,8 +10,8 @@ Three back-ends share one result type (:class:`L3Outcome`, one :class:`DocVerdic
   status ``error``. Documents are untrusted data: each passage sits alone inside
   ``<document>…</document>`` (markers inside the text are neutralised) and the system prompt says
   instructions inside it must be ignored.
-* :class:`LikelihoodVerifier` — for the local model (``llm.supports_nll``; DESIGN.md: small local
-  LLMs judge "does this contradict X" at chance when prompted, MODELS.md role 4). The closed-book
+* :class:`LikelihoodVerifier` — for the local model (``llm.supports_nll``; docs/design.md: small local
+  LLMs judge "does this contradict X" at chance when prompted, docs/models.md role 4). The closed-book
   answer y_int is scored with and without each passage; a passage that makes y_int much less
   likely (delta ≥ ``delta_threshold`` nats/token) contradicts it.
 * :class:`PaperVerifier` — the paper-era L3 actually used in TRIS's reported runs (§2.4.1):
@@ -186,7 +186,7 @@ def _overall(verdicts: list[DocVerdict]) -> str:
 
 
 class PromptedVerifier:
-    """Fail-open three-way L3 with a JSON verdict, one call per document (§2.4.2, DESIGN.md).
+    """Fail-open three-way L3 with a JSON verdict, one call per document (§2.4.2, docs/design.md).
 
     Parameters: ``max_doc_chars`` (4000) truncates each passage in its prompt; ``max_tokens`` (200,
     the RAGSieve judge budget §9.2) caps each verdict reply.
@@ -233,7 +233,7 @@ class PromptedVerifier:
 
 
 class LikelihoodVerifier:
-    """Likelihood consistency check for a local LLM (DESIGN.md; MODELS.md role 4, measured 5/5).
+    """Likelihood consistency check for a local LLM (docs/design.md; docs/models.md role 4, measured 5/5).
 
     1. y_int = the model's closed-book short answer (``SHORT_ANSWER_SYSTEM``). Abstain if it is empty or
        an abstention marker, or if its closed-book NLL, ``nll(y_int | "Question: q\\nAnswer:")``, is
@@ -241,7 +241,7 @@ class LikelihoodVerifier:
        correct closed-book answers: "Paris" 0.05, "William Shakespeare" 0.97, "Au" 2.99).
        The answer is scored with a leading space (" y_int"), as it would follow "Answer:" in text.
     2. Per document: delta = nll(y_int | "Context: {passage}\\nQuestion: q\\nAnswer:") − closed-book NLL.
-       CONTRADICTORY (removed) iff delta ≥ ``delta_threshold`` (default 1.0 nat/token: MODELS.md
+       CONTRADICTORY (removed) iff delta ≥ ``delta_threshold`` (default 1.0 nat/token: docs/models.md
        measures consistent passages at 0.0–0.43 and contradicting ones at 1.72–7.28 for Qwen; Sieve's
        own probe gave consistent/unrelated −2.72…0.47 and contradicting 2.73…4.85; 1.0 sits between). Otherwise COMPATIBLE. The threshold should be calibrated on clean data
        (deltas of clean top-k passages) for a new model or corpus.

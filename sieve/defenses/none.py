@@ -1,18 +1,23 @@
-"""``none`` — vanilla RAG (ALGORITHMS.md §8.1): no filtering, the top ``k_ctx`` go to the generator."""
+"""``none`` — vanilla RAG (docs/algorithms.md §8.1): no filtering, the top ``k_ctx`` go to the generator."""
 from __future__ import annotations
 
+from sieve.constants import K_CTX
 from sieve.defenses.base import Defense, keep_all
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Ranking
+from sieve.types import Inspection, Ranking
 
 
-@DEFENSES.register("none", summary="Vanilla RAG: no filtering (baseline).", paper="PoisonedRAG §8.1 baseline")
+@DEFENSES.register
 class NoDefense(Defense):
     """Vanilla RAG: keeps every document."""
 
     name = "none"
-    paper = "vanilla RAG"
+    summary = "Vanilla RAG: no filtering (baseline)."
+    paper = "PoisonedRAG vanilla RAG baseline (docs/algorithms.md §8.1)"
     needs = ()
 
-    def inspect(self, ranking: Ranking, resources) -> list[Decision]:  # noqa: ANN001
-        return keep_all(ranking, status="skipped", reason="no defense", layer="none")
+    def __init__(self) -> None:
+        super().__init__()
+
+    def inspect(self, ranking: Ranking, resources, k_ctx: int | None = K_CTX) -> Inspection:  # noqa: ANN001
+        return Inspection(keep_all(ranking, status="skipped", reason="no defense", layer="none"))

@@ -4,7 +4,7 @@ Score = perplexity = exp(mean per-token NLL) of the passage under the causal LM
 (``resources.lm_trace``, cached per document; SmolLM2-135M by default). Removed iff
 score ≥ ``threshold``. There is no universal threshold: it is learned on clean data only, either
 with :meth:`Defense.calibrate` on clean rankings or :meth:`Perplexity.fit_clean` on clean corpus
-passages, at a clean-removal budget (5% by default, ALGORITHMS.md §9.2). Never calibrate on attack
+passages, at a clean-removal budget (5% by default, docs/algorithms.md §9.2). Never calibrate on attack
 data.
 """
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from sieve.constants import CLEAN_BUDGET, K_CTX, LM_TRACE_TOKENS
 from sieve.defenses.base import Defense
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Document, RankedDocument, Ranking
+from sieve.types import Decision, Document, Inspection, RankedDocument, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -26,23 +27,24 @@ class NotCalibratedError(ValueError):
     """A defense whose threshold must be learned was used before calibration."""
 
 
-@DEFENSES.register("perplexity", needs=("lm",), paper="PoisonedRAG perplexity defense",
-                   summary="Perplexity filter: remove passages whose LM perplexity is above a clean-calibrated threshold.")
+@DEFENSES.register
 class Perplexity(Defense):
     """Perplexity filter. Parameters:
 
     * ``threshold`` (None): perplexity at or above which a passage is removed. None means "learn it":
       call :meth:`calibrate` (clean rankings) or :meth:`fit_clean` (clean passages) first; the
       evaluation runner does this automatically on the clean condition.
-    * ``max_tokens`` (512): tokens of each passage scored (the per-document NLL cache key).
+    * ``max_tokens`` (:data:`sieve.constants.LM_TRACE_TOKENS`): tokens of each passage scored (part
+      of the per-document NLL cache key).
     """
 
     name = "perplexity"
-    paper = "PoisonedRAG (perplexity-based detection)"
-    needs = ("lm",)
+    summary = "Perplexity filter: remove passages whose LM perplexity is above a clean-calibrated threshold."
+    paper = "PoisonedRAG perplexity-based detection (docs/algorithms.md §8 baselines, §9.2 calibration)"
+    needs = ("causal_lm",)
     threshold_param = "threshold"
 
-    def __init__(self, threshold: float | None = None, max_tokens: int = 512) -> None:
+    def __init__(self, threshold: float | None = None, max_tokens: int = LM_TRACE_TOKENS) -> None:
         super().__init__(threshold=threshold, max_tokens=max_tokens)
 
     def score_text(self, text: str, resources: "Resources") -> float | None:
@@ -52,7 +54,7 @@ class Perplexity(Defense):
             return None
         return float(math.exp(min(float(trace.mean()), 700.0)))
 
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
         thr = self.threshold
         calibrating = getattr(self, "_calibrating", False)
         if thr is None and not calibrating:
@@ -72,18 +74,18 @@ class Perplexity(Defense):
             reason = (f"perplexity {ppl:.1f} {'≥' if removed else '<'} {thr:.1f}; " + ("removed" if removed else "kept")
                       if thr is not None else f"perplexity {ppl:.1f} (calibrating)")
             out.append(Decision(d.id, removed, "scored", ppl, thr, ev, reason, "perplexity"))
-        return out
+        return Inspection(out)
 
     def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
-                  clean_budget: float = 0.05) -> "Perplexity":
+                  clean_budget: float = CLEAN_BUDGET, k_ctx: int | None = K_CTX) -> "Perplexity":
         """Learn ``threshold`` on clean rankings (base rule: ≤ ``clean_budget`` of clean documents removed)."""
         self._calibrating = True
         try:
-            return super().calibrate(clean_rankings, resources, clean_budget)  # type: ignore[return-value]
+            return super().calibrate(clean_rankings, resources, clean_budget, k_ctx)  # type: ignore[return-value]
         finally:
             self._calibrating = False
 
-    def fit_clean(self, documents: Sequence[Document], resources: "Resources", budget: float = 0.05) -> "Perplexity":
+    def fit_clean(self, documents: Sequence[Document], resources: "Resources", budget: float = CLEAN_BUDGET) -> "Perplexity":
         """Learn ``threshold`` on clean corpus passages (same budget rule as :meth:`calibrate`)."""
         ranking = Ranking("", [RankedDocument(d.id, d.text, i + 1, 0.0) for i, d in enumerate(documents)])
         return self.calibrate([ranking], resources, budget)

@@ -1,4 +1,4 @@
-"""RobustRAG keyword aggregation, original design (ALGORITHMS.md §8.3, RR0:src/defense.py).
+"""RobustRAG keyword aggregation, original design (docs/algorithms.md §8.3, RR0:src/defense.py).
 
 Isolated answers (one LLM call per passage, PoisonedRAG single-context prompt §10.1) → abstention
 removal ("I don't") → keyword/phrase candidates per answer → keep candidates found in at least
@@ -7,13 +7,14 @@ min(β, α·#non-abstained) answers → final answer from the corroborated keywo
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sieve.defenses.base import Defense, finalize_context, keep_all
+from sieve.constants import K_CTX
+from sieve.defenses.base import Defense, keep_all
 from sieve.defenses.text import is_keyword, phrase_candidates
 from sieve.models.errors import LLMError
 from sieve.registry import DEFENSES
-from sieve.types import Decision, DefenseResult, Ranking
+from sieve.types import Decision, Inspection, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -36,9 +37,7 @@ def is_robustrag_abstention(response: str) -> bool:
     return "i don't" in response.lower().replace("\u2019", "'")
 
 
-@DEFENSES.register("robustrag", needs=("llm",), paper="RobustRAG keyword aggregation (ALGORITHMS.md §8.3)",
-                   summary="RobustRAG: isolated per-passage answers, keywords kept when corroborated by "
-                           "min(3, 0.3·n) answers.")
+@DEFENSES.register
 class RobustRAG(Defense):
     """Original RobustRAG keyword aggregation (§8.3). Parameters and sources:
 
@@ -53,27 +52,28 @@ class RobustRAG(Defense):
     threshold 1.0, removed iff none of its answer's keywords is corroborated. Abstaining answers are
     removed from the aggregation and the passage is removed (status ``scored``, evidence
     ``abstained``). A failed LLM call keeps the passage with status ``error``. The final answer goes
-    to ``DefenseResult.info["answer"]``. Without an LLM: status ``unavailable`` for all documents
+    is the defense's answer (``Inspection.answer``; also ``info["answer"]``). Without an LLM: status ``unavailable`` for all documents
     and a warning.
     """
 
     name = "robustrag"
-    paper = "RobustRAG"
+    summary = "RobustRAG: isolated per-passage answers, keywords kept when corroborated by min(3, 0.3·n) answers."
+    paper = "RobustRAG keyword aggregation (docs/algorithms.md §8.3)"
     needs = ("llm",)
+    answers: ClassVar[bool] = True
 
     def __init__(self, alpha: float = 0.3, beta: float = 3, max_docs: int = 10, final_answer: bool = True) -> None:
         super().__init__(alpha=alpha, beta=beta, max_docs=max_docs, final_answer=final_answer)
 
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return self._run(ranking, resources)[0]
-
-    def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = 5) -> DefenseResult:
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
         t = time.perf_counter()
         decisions, info, warnings = self._run(ranking, resources)
-        result = finalize_context(self.label, ranking, decisions, k_ctx, layers_run=["isolated_answers"], info=info)
-        result.warnings = warnings + result.warnings
-        result.latency_ms["total"] = (time.perf_counter() - t) * 1000
-        return result
+        return Inspection(decisions, info, warnings, ["isolated_answers"],
+                          {"isolated_answers": (time.perf_counter() - t) * 1000}, answer=info.get("answer"))
+
+    def current_thresholds(self) -> dict[str, float | None]:
+        """Score = 1 − corroborated keyword fraction, removed iff ≥ 1.0 (no keyword corroborated)."""
+        return {"threshold": 1.0}
 
     def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
         llm = resources.llm

@@ -1,4 +1,4 @@
-"""RSG — RAGSieve's corpus-time graph detector (ALGORITHMS.md §4; RS:graph.py, integrity.py).
+"""RSG — RAGSieve's corpus-time graph detector (docs/algorithms.md §4; RS:graph.py, integrity.py).
 
 For every document of a corpus snapshot:
 
@@ -12,7 +12,7 @@ For every document of a corpus snapshot:
 5. corpus tail p_i = #{D_j ≥ D_i}/(N + 1); shared budget f_T = max(0, 0.05 − f_I);
    T_i = min(1, 0.5·f_T/p_i) if f_T > 0 else 0; score = max(T_i, I_i); flagged ⇔ score ≥ 0.5 (§4.5).
 
-Quarantine semantics (§5, DESIGN.md): RSG flags are corpus-time; the ``rsg`` defense removes
+Quarantine semantics (§5, docs/design.md): RSG flags are corpus-time; the ``rsg`` defense removes
 flagged documents from rankings (refill from the saved ranking) and the CLI records them in the
 quarantine ledger. Nothing is deleted. Scores depend on the whole snapshot: refit after any
 corpus change.
@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from sieve.constants import K_CTX
 from sieve.defenses.base import Defense
 from sieve.defenses.scripts import ascii_tokens, script_profile
 from sieve.defenses.stats import corpus_upper_tail
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Ranking
+from sieve.types import Decision, Inspection, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -319,27 +320,42 @@ def neighbour_recall(exact: RSGAudit | np.ndarray, approx: RSGAudit | np.ndarray
 
 
 # ---------------------------------------------------------------------------------------------
-@DEFENSES.register(
-    "rsg",
-    summary="RAGSieve RSG: corpus-time kNN density audit + script integrity (quarantine flags).",
-    paper="RAGSieve §4 (RSG)",
-    needs=("retriever",),
-)
+RSG_DEFAULTS = RSGParams()
+
+
+@DEFENSES.register
 class RSG(Defense):
-    """Corpus-time detector (ALGORITHMS.md §4). ``fit`` audits the snapshot; ``inspect`` removes the
+    """Corpus-time detector (docs/algorithms.md §4). ``fit`` audits the snapshot; ``inspect`` removes the
     documents the audit flagged (quarantine, §5) and marks documents outside the snapshot
     ``not_examined``. Parameters are the fields of :class:`RSGParams` (``mode``, ``progress`` …)."""
 
     name = "rsg"
-    paper = "RAGSieve (RS:graph.py)"
+    summary = "RAGSieve RSG: corpus-time kNN density audit + script integrity (quarantine flags)."
+    paper = "RAGSieve RSG (docs/algorithms.md §4)"
     needs = ("retriever",)
     corpus_time = True
 
-    def __init__(self, **params: Any) -> None:
-        unknown = set(params) - set(RSGParams.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"rsg: unknown parameter(s) {sorted(unknown)}")
-        super().__init__(**params)
+    def __init__(self, neighbor_count: int = RSG_DEFAULTS.neighbor_count,
+                 dense_core_count: int = RSG_DEFAULTS.dense_core_count,
+                 support_scale: float = RSG_DEFAULTS.support_scale,
+                 semantic_threshold: float = RSG_DEFAULTS.semantic_threshold,
+                 lexical_ceiling: float = RSG_DEFAULTS.lexical_ceiling,
+                 multiscript_gate: int = RSG_DEFAULTS.multiscript_gate,
+                 target_alert_fraction: float = RSG_DEFAULTS.target_alert_fraction,
+                 decision_threshold: float = RSG_DEFAULTS.decision_threshold,
+                 mode: str = RSG_DEFAULTS.mode, hnsw_m: int = RSG_DEFAULTS.hnsw_m,
+                 hnsw_ef_search: int = RSG_DEFAULTS.hnsw_ef_search, ivf_nprobe: int = RSG_DEFAULTS.ivf_nprobe,
+                 block_size: int = RSG_DEFAULTS.block_size, progress: bool = RSG_DEFAULTS.progress) -> None:
+        super().__init__(neighbor_count=neighbor_count, dense_core_count=dense_core_count,
+                         support_scale=support_scale, semantic_threshold=semantic_threshold,
+                         lexical_ceiling=lexical_ceiling, multiscript_gate=multiscript_gate,
+                         target_alert_fraction=target_alert_fraction, decision_threshold=decision_threshold,
+                         mode=mode, hnsw_m=hnsw_m, hnsw_ef_search=hnsw_ef_search, ivf_nprobe=ivf_nprobe,
+                         block_size=block_size, progress=progress)
+
+    def current_thresholds(self) -> dict[str, float | None]:
+        """η_G. Re-deciding at another η_G is approximate: T_i itself scales with η_G (§4.5)."""
+        return {"threshold": float(self.decision_threshold)}
 
     def rsg_params(self) -> RSGParams:
         return RSGParams(**self.get_params())
@@ -371,5 +387,5 @@ class RSG(Defense):
                                 evidence=row.to_dict(), reason=reason, layer="RSG"))
         return out
 
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return self.decisions_for(ranking)
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+        return Inspection(self.decisions_for(ranking))

@@ -1,4 +1,4 @@
-"""RSQ — RAGSieve's query-local detector (ALGORITHMS.md §3; RS:detector.py, anchor.py, carrier.py,
+"""RSQ — RAGSieve's query-local detector (docs/algorithms.md §3; RS:detector.py, anchor.py, carrier.py,
 integrity.py, statistics.py, models.py).
 
 The top-5 of a ranking (candidates) are contrasted with ranks 6–20 (the reference tail, m = 15):
@@ -14,7 +14,7 @@ The top-5 of a ranking (candidates) are contrasted with ranks 6–20 (the refere
 
 S = E_a + E_i + E_p + E_s; a candidate is flagged iff S ≥ η_Q = 1.0 (inclusive, §3.6).
 
-Model substitutions (DESIGN.md "Models": only packaged weights, no hub access):
+Model substitutions (docs/models.md: only packaged weights, no hub access):
 
 * Causal LM ``Qwen/Qwen3-0.6B-Base`` → the packaged SmolLM2-135M (``config.models.causal_lm``):
   the only packaged causal LM besides the 0.5B generator, and fast enough to trace every corpus
@@ -22,7 +22,7 @@ Model substitutions (DESIGN.md "Models": only packaged weights, no hub access):
 * ``bert-base-uncased`` hidden layer 9 → packaged all-MiniLM-L6-v2 hidden layer 4 of 6 by default
   (``config.models.token_encoder`` / ``token_encoder_layer``; all-mpnet-base-v2 layer 9 of 12 is the
   configurable alternative). No BERT is packaged; both keep roughly the paper's relative depth and
-  give the same BERTScore behaviour (MODELS.md: paraphrase/wrong-city/unrelated F1 0.938/0.930/0.387
+  give the same BERTScore behaviour (docs/models.md: paraphrase/wrong-city/unrelated F1 0.938/0.930/0.387
   for MiniLM L4 vs 0.924/0.920/0.347 for mpnet L9). MiniLM is the default because the query's token
   states are the one model call left at query time: ~13 ms CPU for MiniLM vs ~85 ms for mpnet on
   2 cores, which decides the ≤ 30 ms RSQ budget. E_s only uses ranks of jumps against the tail, so
@@ -44,11 +44,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from sieve.defenses.base import Defense, finalize_context
+from sieve.constants import K_CTX, LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
+from sieve.defenses.base import Defense
 from sieve.defenses.scripts import ascii_tokens, mixed_script_fraction
 from sieve.defenses.stats import EPS, hypergeom_upper_tail, midrank_upper_tail, simes
 from sieve.registry import DEFENSES
-from sieve.types import Decision, DefenseResult, Ranking, content_hash
+from sieve.types import Decision, Inspection, Ranking, content_hash
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -62,9 +63,9 @@ SEMANTIC_ALPHA = 0.05
 DECISION_THRESHOLD = 1.0
 ALIGN_WINDOW = 32
 ALIGN_STRIDE = 16
-LM_MAX_TOKENS = 512
+LM_MAX_TOKENS = LM_TRACE_TOKENS      # part of the NLL cache key
 QUERY_MAX_TOKENS = 64
-DOC_MAX_TOKENS = 256
+DOC_MAX_TOKENS = TOKEN_STATE_TOKENS  # part of the token-state cache key
 
 UNAVAILABLE_REASON = "RSQ needs at least 20 retrieved documents; retrieve deeper (depth ≥ 20)"
 
@@ -412,21 +413,9 @@ def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float =
     return rows, lat
 
 
-@DEFENSES.register(
-    "rsq_rescore",
-    preset={"refill": "rescore"},
-    summary="RSQ with rescoring refill: re-run RSQ on the refilled ranking until no new flag (≤ 3 rounds).",
-    paper="RAGSieve §3 + Sieve option (§5 refill is not rescored in the paper)",
-    needs=("lm", "token_encoder"),
-)
-@DEFENSES.register(
-    "rsq",
-    summary="RAGSieve RSQ: top-5 vs. ranks 6–20 contrast (anchor, script, surprisal, alignment).",
-    paper="RAGSieve §3 (RSQ)",
-    needs=("lm", "token_encoder"),
-)
+@DEFENSES.register
 class RSQ(Defense):
-    """RAGSieve query-local detector (ALGORITHMS.md §3); refill per §5.
+    """RAGSieve query-local detector (docs/algorithms.md §3); refill per §5.
 
     Parameters: ``eta_q`` (decision threshold, 1.0), ``refill`` = ``"paper"`` (default: refill
     from ranks 6+ without rescoring, RS:filtering.py) or ``"rescore"`` (re-run RSQ on the ranking
@@ -435,17 +424,25 @@ class RSQ(Defense):
     """
 
     name = "rsq"
-    paper = "RAGSieve (RS:detector.py)"
-    needs = ("lm", "token_encoder")
+    summary = "RAGSieve RSQ: top-5 vs. ranks 6–20 contrast (anchor, script, surprisal, alignment)."
+    paper = "RAGSieve RSQ (docs/algorithms.md §3)"
+    needs = ("causal_lm", "token_encoder")
+    presets = {
+        "rsq_rescore": {
+            "params": {"refill": "rescore"},
+            "summary": "RSQ with rescoring refill: re-run RSQ on the refilled ranking until no new flag (≤ 3 rounds).",
+            "paper": "RAGSieve RSQ (docs/algorithms.md §3) + Sieve option (§5: the paper does not rescore the refill)",
+        },
+    }
     threshold_param = "eta_q"
 
     def __init__(self, eta_q: float = DECISION_THRESHOLD, refill: str = "paper", max_rounds: int = 3,
-                 trace_tokens: bool = True, **params: Any) -> None:
+                 trace_tokens: bool = True) -> None:
         if refill not in ("paper", "rescore"):
             raise ValueError(f"rsq: refill must be 'paper' or 'rescore', got {refill!r}")
         if int(max_rounds) < 1:
             raise ValueError("rsq: max_rounds must be >= 1")
-        super().__init__(eta_q=eta_q, refill=refill, max_rounds=max_rounds, trace_tokens=trace_tokens, **params)
+        super().__init__(eta_q=eta_q, refill=refill, max_rounds=max_rounds, trace_tokens=trace_tokens)
 
     # -- one pass ------------------------------------------------------------------------------
     def score_ranking(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
@@ -469,6 +466,7 @@ class RSQ(Defense):
         return out
 
     def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
+        self.last_latency_ms_ = {}
         warnings: list[str] = []
         if len(ranking.documents) < CONTEXT_SIZE:
             warnings.append(f"rsq: unavailable for query {ranking.query_id or ranking.query!r}: "
@@ -505,15 +503,8 @@ class RSQ(Defense):
         return [by_id[d.id] for d in ranking.documents], info, warnings
 
     # -- protocol ------------------------------------------------------------------------------
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return self._run(ranking, resources)[0]
-
-    def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int = 5) -> DefenseResult:
-        t0 = time.perf_counter()
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+        """RSQ on ``ranking``; with ``refill="rescore"`` each document's decision comes from the last
+        re-scored ranking it was in, so the base refill (ranks in order, no rescoring) applies."""
         decisions, info, warnings = self._run(ranking, resources)
-        elapsed = (time.perf_counter() - t0) * 1000.0
-        result = finalize_context(self.label, ranking, decisions, k_ctx, layers_run=[self.label],
-                                  latency_ms={"total": elapsed, **getattr(self, "last_latency_ms_", {})},
-                                  info=info)
-        result.warnings = warnings + result.warnings
-        return result
+        return Inspection(decisions, info, warnings, latency_ms=dict(self.last_latency_ms_))

@@ -1,4 +1,4 @@
-"""Writing-system helpers for RSQ's E_i and RSG's integrity predicate (ALGORITHMS.md §3.3, §4.4),
+"""Writing-system helpers for RSQ's E_i and RSG's integrity predicate (docs/algorithms.md §3.3, §4.4),
 and the ASCII casefold tokeniser shared by RSQ's E_a and RSG's lexical Jaccard (§3.2, §4.2).
 
 Script label per alphabetic character, by substring test on its Unicode name in this order:

@@ -1,4 +1,4 @@
-"""``rsg_rsq`` — RAGSieve serial deployment RSG → RSQ (ALGORITHMS.md §5, paper Table 3).
+"""``rsg_rsq`` — RAGSieve serial deployment RSG → RSQ (docs/algorithms.md §5, paper Table 3).
 
 1. Quarantine: drop RSG-flagged documents from the saved ranking and renumber ranks 1.. (§5 step 1).
 2. At least 20 survivors are required; otherwise RSQ is ``unavailable`` on the survivors and the
@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sieve.defenses.base import Defense, finalize_context
+from sieve.constants import K_CTX
+from sieve.defenses.base import Defense
+from sieve.defenses.rsg import RSG_DEFAULTS as _G  # noqa: N811
 from sieve.defenses.rsg import RSG, RSGParams
 from sieve.defenses.rsq import CONTEXT_SIZE, DECISION_THRESHOLD, RSQ
 from sieve.registry import DEFENSES
-from sieve.types import Decision, DefenseResult, Ranking
+from sieve.types import Decision, Inspection, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -54,12 +56,7 @@ def normalised_score(value: float, threshold: float, flagged: bool) -> float:
     return min(q, _BELOW_ONE)
 
 
-@DEFENSES.register(
-    "rsg_rsq",
-    summary="RAGSieve serial deployment: RSG corpus quarantine, then RSQ on the re-ranked survivors.",
-    paper="RAGSieve §5 (serial RSG → RSQ)",
-    needs=("retriever", "lm", "token_encoder"),
-)
+@DEFENSES.register
 class SerialRSGRSQ(Defense):
     """RSG → RSQ serial deployment (§5). Parameters: ``eta_q`` (RSQ threshold) and any
     :class:`~sieve.defenses.rsg.RSGParams` field (``mode``, ``progress`` …).
@@ -89,19 +86,36 @@ class SerialRSGRSQ(Defense):
 
     **Calibration** learns ``eta_q`` on the RSQ layer's raw S values of the clean rankings (RSQ run
     on the post-quarantine survivors), never on the combined score.
+
+    **Re-deciding** (:meth:`redecide`) uses the one knob ``"threshold"`` on the combined score
+    (current value 1.0): a value t removes documents whose score is ≥ t times a layer's threshold.
     """
 
     name = "rsg_rsq"
-    paper = "RAGSieve (RS:filtering.py, README.md)"
-    needs = ("retriever", "lm", "token_encoder")
+    summary = "RAGSieve serial deployment: RSG corpus quarantine, then RSQ on the re-ranked survivors."
+    paper = "RAGSieve serial RSG → RSQ (docs/algorithms.md §5)"
+    needs = ("retriever", "causal_lm", "token_encoder")
     corpus_time = True
     threshold_param = "eta_q"
 
-    def __init__(self, eta_q: float = DECISION_THRESHOLD, trace_tokens: bool = True, **params: Any) -> None:
-        unknown = set(params) - set(RSGParams.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"rsg_rsq: unknown parameter(s) {sorted(unknown)}")
-        super().__init__(eta_q=eta_q, trace_tokens=trace_tokens, **params)
+    def __init__(self, eta_q: float = DECISION_THRESHOLD, trace_tokens: bool = True,
+                 neighbor_count: int = _G.neighbor_count, dense_core_count: int = _G.dense_core_count,
+                 support_scale: float = _G.support_scale, semantic_threshold: float = _G.semantic_threshold,
+                 lexical_ceiling: float = _G.lexical_ceiling, multiscript_gate: int = _G.multiscript_gate,
+                 target_alert_fraction: float = _G.target_alert_fraction,
+                 decision_threshold: float = _G.decision_threshold, mode: str = _G.mode, hnsw_m: int = _G.hnsw_m,
+                 hnsw_ef_search: int = _G.hnsw_ef_search, ivf_nprobe: int = _G.ivf_nprobe,
+                 block_size: int = _G.block_size, progress: bool = _G.progress) -> None:
+        super().__init__(eta_q=eta_q, trace_tokens=trace_tokens, neighbor_count=neighbor_count,
+                         dense_core_count=dense_core_count, support_scale=support_scale,
+                         semantic_threshold=semantic_threshold, lexical_ceiling=lexical_ceiling,
+                         multiscript_gate=multiscript_gate, target_alert_fraction=target_alert_fraction,
+                         decision_threshold=decision_threshold, mode=mode, hnsw_m=hnsw_m,
+                         hnsw_ef_search=hnsw_ef_search, ivf_nprobe=ivf_nprobe, block_size=block_size,
+                         progress=progress)
+
+    def current_thresholds(self) -> dict[str, float | None]:
+        return {"threshold": COMBINED_THRESHOLD}
 
     def _rsg(self) -> RSG:
         rsg_params = {k: v for k, v in self.get_params().items() if k in RSGParams.__dataclass_fields__}
@@ -188,43 +202,22 @@ class SerialRSGRSQ(Defense):
         return Decision(g.doc_id, False, g.status, score=layer_scores.get("RSG"),
                         threshold=COMBINED_THRESHOLD, evidence=evidence, reason=reason, layer="RSG")
 
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return self._run(ranking, resources)[0]
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+        self.last_latency_ms_ = {}
+        t0 = time.perf_counter()
+        decisions, info, warnings = self._run(ranking, resources)
+        latency = {"RSG+RSQ": (time.perf_counter() - t0) * 1000.0,
+                   **{f"RSQ:{k}": v for k, v in self.last_latency_ms_.items()}}
+        return Inspection(decisions, info, warnings, ["RSG", "RSQ"], latency)
 
     def rsq_layer_decisions(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
         """The raw RSQ decisions (score = S, threshold = η_Q) on the post-quarantine survivors of
         ``ranking``; empty when RSQ is unavailable."""
         return self._layers(ranking, resources)[2] or []
 
-    def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
-                  clean_budget: float = 0.05) -> "SerialRSGRSQ":
-        """Calibrate ``eta_q`` on the RSQ layer's raw S values of the clean rankings (RSQ on the
+    def calibration_scores(self, clean_rankings: list[Ranking], resources: "Resources",
+                           k_ctx: int | None = K_CTX) -> list[float]:
+        """``eta_q`` is learned on the RSQ layer's raw S values of the clean rankings (RSQ on the
         post-quarantine survivors); neither RSG's scale nor the combined score is mixed in."""
-        RSQ.calibrate(_RSQView(self), clean_rankings, resources, clean_budget)
-        self.threshold_ = self.eta_q
-        return self
-
-    def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int = 5) -> DefenseResult:
-        t0 = time.perf_counter()
-        decisions, info, warnings = self._run(ranking, resources)
-        elapsed = (time.perf_counter() - t0) * 1000.0
-        result = finalize_context(self.label, ranking, decisions, k_ctx, layers_run=["RSG", "RSQ"],
-                                  latency_ms={"total": elapsed}, info=info)
-        result.warnings = warnings + result.warnings
-        return result
-
-
-class _RSQView(RSQ):
-    """Adapter so :meth:`Defense.calibrate` sees only the raw RSQ-layer scores (S) of a serial run."""
-
-    def __init__(self, serial: SerialRSGRSQ) -> None:  # noqa: D107
-        self._serial = serial
-        super().__init__(eta_q=serial.eta_q, trace_tokens=False)
-
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return [d for d in self._serial.rsq_layer_decisions(ranking, resources) if d.status == "scored"]
-
-    def set_params(self, **params: Any) -> "_RSQView":
-        super().set_params(**params)
-        self._serial.set_params(**params)
-        return self
+        return [float(d.score) for r in clean_rankings for d in self.rsq_layer_decisions(r, resources)
+                if d.status == "scored" and d.score is not None]

@@ -1,4 +1,4 @@
-"""Small exact statistics shared by RSQ and RSG (ALGORITHMS.md §3.1, §3.2, §4.5).
+"""Small exact statistics shared by RSQ and RSG (docs/algorithms.md §3.1, §3.2, §4.5).
 
 * :func:`midrank_upper_tail` – finite mid-rank upper-tail probability against a reference list
   (RS:statistics.py), used by RSQ's E_i and E_s.

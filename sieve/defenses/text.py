@@ -1,6 +1,6 @@
 """Text helpers shared by TRIS, TrustRAG and RobustRAG: word tokens, n-gram sets, ROUGE-L.
 
-* :func:`word_tokens` is the TRIS tokeniser of ALGORITHMS.md §2.3: lowercase, then every maximal
+* :func:`word_tokens` is the TRIS tokeniser of docs/algorithms.md §2.3: lowercase, then every maximal
   run of Unicode word characters (``\\w+``). Punctuation and apostrophes split tokens
   ("don't" → "don", "t").
 * :func:`lcs_length` / :func:`rouge_l` implement ROUGE-L F1 over such tokens (TrustRAG §8.2 uses

@@ -1,4 +1,4 @@
-"""TRIS — the Tri-Layer Retrieval Integrity Sieve (ALGORITHMS.md §2).
+"""TRIS — the Tri-Layer Retrieval Integrity Sieve (docs/algorithms.md §2).
 
 L1 judge-space K-Means majority keep (§2.2) → L2 structural prefix filter on L1's survivors (§2.3)
 → optional L3 LLM consistency check on L2's survivors (§2.4, :mod:`sieve.defenses.l3`).
@@ -8,18 +8,20 @@ Registered presets: ``tris`` (L1+L2, L3 adaptive when an LLM is available), ``tr
 """
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from sieve.defenses.base import Defense, finalize_context
+from sieve.constants import K_CTX
+from sieve.defenses.base import CONTEXT_K, Defense, copy_decision
 from sieve.defenses.l3 import L3_VARIANTS, DocVerdict, L3Outcome, make_verifier, skipped_outcome
 from sieve.defenses.text import ngram_set, word_tokens
 from sieve.registry import DEFENSES
-from sieve.types import Decision, DefenseResult, RankedDocument, Ranking
+from sieve.types import Decision, Inspection, RankedDocument, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -148,19 +150,18 @@ def l2_removes(f: L2Features, jaccard_threshold: float = 0.8, ngram_threshold: f
             or f.trigram_overlap >= ngram_threshold or f.repeat_trigger)
 
 
+def l2_evidence_score(ev: Mapping[str, Any]) -> float:
+    """The L2 score to compare with ONE L2 threshold, from stored ``evidence["L2"]``: ``inf`` when
+    repeat_trigger fired (it removes at any threshold), else max(jaccard, bigram, trigram recall)."""
+    if ev.get("repeat_trigger"):
+        return math.inf
+    return max(float(ev.get(k, 0.0) or 0.0) for k in ("jaccard", "bigram_overlap", "trigram_overlap"))
+
+
 # ---- the defense -------------------------------------------------------------------------------
-@DEFENSES.register("tris", preset={}, needs=("embedder", "llm"), paper="TRIS (ALGORITHMS.md §2)",
-                   summary="TRIS L1+L2; L3 adaptive (only when exactly one of L1/L2 removed something) if an LLM is configured.")
-@DEFENSES.register("tris_l1", preset={"use_l2": False, "l3_mode": "off"}, needs=("embedder",),
-                   paper="TRIS §2.2", summary="TRIS Layer 1 only: judge-space K-Means majority keep.")
-@DEFENSES.register("tris_l2", preset={"use_l1": False, "l3_mode": "off"}, needs=(),
-                   paper="TRIS §2.3", summary="TRIS Layer 2 only: structural query-prefix filter.")
-@DEFENSES.register("tris_l3", preset={"use_l1": False, "use_l2": False, "l3_mode": "always"}, needs=("llm",),
-                   paper="TRIS §2.4", summary="TRIS Layer 3 only: fail-open LLM consistency check, always on.")
-@DEFENSES.register("tris_full", preset={"l3_mode": "always"}, needs=("embedder", "llm"),
-                   paper="TRIS §2.5", summary="TRIS L1+L2+L3 with L3 always on.")
+@DEFENSES.register
 class TRIS(Defense):
-    """TRIS: L1 → L2 → L3 (ALGORITHMS.md §2). Every threshold is a parameter:
+    """TRIS: L1 → L2 → L3 (docs/algorithms.md §2). Every threshold is a parameter:
 
     * ``use_l1`` (True), ``cluster_count`` C = 2 — §1.1: every TRIS run uses 2; 3 and 5 only in the
       k × C sweep [CONTRADICTION #1: paper says 3]. C = 1 switches L1 off, as in the TRIS ablations.
@@ -182,28 +183,49 @@ class TRIS(Defense):
       ``l3_confidence_threshold`` = 4.0 and ``l3_delta_threshold`` = 1.0 nats/token configure the
       likelihood verifier (see :class:`~sieve.defenses.l3.LikelihoodVerifier`).
       Without an LLM (``resources.llm is None``) L3 is ``skipped`` with reason "no LLM configured".
-    * ``context_mode``: ``refill`` (default, DESIGN.md: first ``k_ctx`` survivors) or
-      ``all_survivors`` (TRIS's variable-length context, §1.6; ``k_ctx`` ignored).
+    * ``context_mode``: ``refill`` (default, docs/design.md: first ``k_ctx`` survivors) or
+      ``all_survivors`` (TRIS's variable-length context, §1.6; ``k_ctx`` ignored: the inspection
+      sets ``info["context_k"] = None`` and ``apply`` passes every survivor).
     * ``l3_scope``: ``context`` (default, Sieve product decision) — L3 verifies L2's survivors in rank
       order until ``k_ctx`` of them are kept, i.e. exactly the documents that reach the generator
       (a removal pulls the next survivor in and verifies it too); the rest get status ``skipped``
       ("outside the generation context"). ``all`` — the source behaviour (§2.4: every survivor,
       1 + |working set| LLM calls; up to 50 calls per query at k = 50). ``context`` costs about
       1 + k_ctx calls and judges the same context documents; with ``context_mode="all_survivors"``
-      the scope is always ``all``.
+      (or ``k_ctx=None``) the scope is always ``all``. ``k_ctx`` is the argument of :meth:`inspect`
+      / :meth:`apply` (decided once, by the caller).
 
-    Everything filtered → unfiltered fallback with a warning (§2.5, DESIGN.md).
+    Everything filtered → unfiltered fallback with a warning (§2.5, docs/design.md).
+
+    Re-deciding (:meth:`redecide`): the knob ``"L2"`` is one threshold for the L2 Jaccard and
+    n-gram recalls (exactly the current decisions when ``jaccard_threshold == ngram_threshold``,
+    as by default); L1 removals stay; documents L3 judged are re-tested against L2.
     """
 
     name = "tris"
-    paper = "TRIS (Tri-Layer Retrieval Integrity Sieve)"
-    needs = ("embedder", "llm")
+    summary = ("TRIS L1+L2; L3 adaptive (only when exactly one of L1/L2 removed something) "
+               "if an LLM is configured.")
+    paper = "TRIS, Tri-Layer Retrieval Integrity Sieve (docs/algorithms.md §2)"
+    needs = ("judge", "llm")
+    presets = {
+        "tris_l1": {"params": {"use_l2": False, "l3_mode": "off"}, "needs": ("judge",),
+                    "paper": "TRIS Layer 1 (docs/algorithms.md §2.2)",
+                    "summary": "TRIS Layer 1 only: judge-space K-Means majority keep."},
+        "tris_l2": {"params": {"use_l1": False, "l3_mode": "off"}, "needs": (),
+                    "paper": "TRIS Layer 2 (docs/algorithms.md §2.3)",
+                    "summary": "TRIS Layer 2 only: structural query-prefix filter."},
+        "tris_l3": {"params": {"use_l1": False, "use_l2": False, "l3_mode": "always"}, "needs": ("llm",),
+                    "paper": "TRIS Layer 3 (docs/algorithms.md §2.4)",
+                    "summary": "TRIS Layer 3 only: fail-open LLM consistency check, always on."},
+        "tris_full": {"params": {"l3_mode": "always"}, "needs": ("judge", "llm"),
+                      "paper": "TRIS full pipeline (docs/algorithms.md §2.5)",
+                      "summary": "TRIS L1+L2+L3 with L3 always on."},
+    }
 
     def __init__(self, use_l1: bool = True, use_l2: bool = True, cluster_count: int = 2,
                  prefix_token_count: int = 20, jaccard_threshold: float = 0.8, ngram_threshold: float = 0.8,
                  l3_mode: str = "adaptive", l3_variant: str = "auto", l3_confidence_threshold: float = 4.0,
-                 l3_delta_threshold: float = 1.0, context_mode: str = "refill", l3_scope: str = "context",
-                 k_ctx: int = 5) -> None:
+                 l3_delta_threshold: float = 1.0, context_mode: str = "refill", l3_scope: str = "context") -> None:
         if l3_scope not in ("context", "all"):
             raise ValueError(f"tris: l3_scope must be 'context' or 'all'; got {l3_scope!r}")
         if l3_mode not in L3_MODES:
@@ -218,7 +240,7 @@ class TRIS(Defense):
                          prefix_token_count=prefix_token_count, jaccard_threshold=jaccard_threshold,
                          ngram_threshold=ngram_threshold, l3_mode=l3_mode, l3_variant=l3_variant,
                          l3_confidence_threshold=l3_confidence_threshold, l3_delta_threshold=l3_delta_threshold,
-                         context_mode=context_mode, l3_scope=l3_scope, k_ctx=k_ctx)
+                         context_mode=context_mode, l3_scope=l3_scope)
 
     # -- L3 gating ---------------------------------------------------------------------------
     def l3_should_run(self, l1_removed: int, l2_removed: int, working: int) -> tuple[bool, str]:
@@ -239,15 +261,39 @@ class TRIS(Defense):
                     else f"adaptive mode: L1 and L2 agree (L1 removed {l1_removed}, L2 removed {l2_removed})")
 
     # -- protocol ------------------------------------------------------------------------------
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        return self._run(ranking, resources, self.k_ctx)[0]
-
-    def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = 5) -> DefenseResult:
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+        """L1 → L2 → L3 on ``ranking``; L3's scope is the first ``k_ctx`` survivors (``l3_scope``)."""
         decisions, layers, latency, info = self._run(ranking, resources, k_ctx)
-        k = None if self.context_mode == "all_survivors" else k_ctx
-        return finalize_context(self.label, ranking, decisions, k, layers_run=layers, latency_ms=latency, info=info)
+        if self.context_mode == "all_survivors":
+            info[CONTEXT_K] = None
+        return Inspection(decisions, info, layers_run=layers, latency_ms=latency)
 
-    def _run(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = 5
+    # -- re-deciding ---------------------------------------------------------------------------
+    def current_thresholds(self) -> dict[str, float | None]:
+        if not self.use_l2:
+            return {}
+        return {"L2": min(float(self.jaccard_threshold), float(self.ngram_threshold))}
+
+    def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
+        """L2 decisions: removed iff :func:`l2_evidence_score` ≥ ``thresholds["L2"]``; L3 decisions of
+        documents L2 kept: removed iff L2 now removes them or L3 removed them (a document a raised L2
+        threshold lets through was never shown to L3 and stays kept, i.e. L3 fails open); L1 removals
+        and everything else unchanged."""
+        self._check_knobs(thresholds)
+        out = []
+        for d in decisions:
+            nd = copy_decision(d)
+            ev_l2 = d.evidence.get("L2")
+            if "L2" in thresholds and isinstance(ev_l2, Mapping) and d.layer in ("L2", "L3"):
+                l2 = l2_evidence_score(ev_l2) >= float(thresholds["L2"])
+                if d.layer == "L2":
+                    nd.removed, nd.threshold = bool(l2), float(thresholds["L2"])
+                else:
+                    nd.removed = bool(l2 or d.removed)
+            out.append(nd)
+        return out
+
+    def _run(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX
              ) -> tuple[list[Decision], list[str], dict[str, float], dict[str, Any]]:
         t_start = time.perf_counter()
         docs = ranking.documents

@@ -1,24 +1,25 @@
-"""TrustRAG, original design (ALGORITHMS.md §8.2, TR0:defend_module.py; removal "kmeans_ngram",
+"""TrustRAG, original design (docs/algorithms.md §8.2, TR0:defend_module.py; removal "kmeans_ngram",
 defense "conflict").
 
 Stage 1 (decisions): pairwise ROUGE-L gate → standardise + L2 + 2-means → 0.88 cohesion rule →
 group n-gram filtering. Stage 2 (answer only): the 3-stage LLM knowledge consolidation over the
-final context, recorded in ``DefenseResult.info`` (it produces TrustRAG's answer; it does not
+generation context, recorded in ``Inspection.answer`` and ``info`` (it produces TrustRAG's answer; it does not
 change the per-document decisions, because the consolidated text does not name documents reliably).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from sieve.defenses.base import Defense, finalize_context
+from sieve.constants import K_CTX
+from sieve.defenses.base import Defense, context_of
 from sieve.defenses.text import rouge_l, word_tokens
 from sieve.models.errors import LLMError
 from sieve.registry import DEFENSES
-from sieve.types import Decision, DefenseResult, RankedDocument, Ranking
+from sieve.types import Decision, Inspection, RankedDocument, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -114,9 +115,7 @@ def trustrag_filter(emb: np.ndarray, rouge: np.ndarray, rouge_threshold: float =
                      "group n-gram filtering")
 
 
-@DEFENSES.register("trustrag", needs=("embedder", "llm"), paper="TrustRAG (ALGORITHMS.md §8.2, original design)",
-                   summary="TrustRAG: ROUGE-L gate, 2-means with the 0.88 cohesion rule, n-gram filtering, "
-                           "LLM consolidation for the answer.")
+@DEFENSES.register
 class TrustRAG(Defense):
     """Original TrustRAG (§8.2). Parameters and sources:
 
@@ -127,27 +126,52 @@ class TrustRAG(Defense):
     * ``random_state`` = 0, 2 clusters, ``n_init`` 10, ``max_iter`` 500 (TR0).
     * Embeddings: the judge encoder (``resources.judge_embeddings``, MiniLM by default) in place of
       SimCSE CLS vectors (no SimCSE weights ship offline); expect different cohesion levels.
-    * ``consolidate`` (True): when an LLM is configured, ``apply`` runs the 3-stage conflict step over
-      the final context (internal knowledge → consolidation → final answer) and stores it in
-      ``info["answer"]``, ``info["consolidated"]``, ``info["internal_knowledge"]``; decisions are not
-      changed by it. ``max_docs`` (None = all) limits the documents examined; the rest are
+    * ``consolidate`` (True): when an LLM is configured, ``inspect`` runs the 3-stage conflict step over
+      the generation context (the first ``k_ctx`` survivors, :func:`~sieve.defenses.base.context_of`:
+      internal knowledge → consolidation → final answer) and stores the answer in
+      ``Inspection.answer`` (also ``info["answer"]``) with ``info["consolidated"]``,
+      ``info["internal_knowledge"]``; decisions are not changed by it. ``max_docs`` (None = all) limits the documents examined; the rest are
       ``not_examined`` and kept.
 
     Decision score: the document's highest ROUGE-L against any other examined document (higher =
     more duplicated); threshold = ``rouge_threshold``. The removal itself follows the cluster rule,
-    so the score explains the gate, not every cluster decision (see ``evidence``).
+    so the score explains the gate, not every cluster decision (see ``evidence``); hence no decision
+    can be re-decided at another threshold without a rerun (:meth:`threshold_knobs` is empty).
     """
 
     name = "trustrag"
-    paper = "TrustRAG"
-    needs = ("embedder", "llm")
+    summary = ("TrustRAG: ROUGE-L gate, 2-means with the 0.88 cohesion rule, n-gram filtering, "
+               "LLM consolidation for the answer.")
+    paper = "TrustRAG, original design (docs/algorithms.md §8.2)"
+    needs = ("judge", "llm")
+    answers: ClassVar[bool] = True
 
     def __init__(self, rouge_threshold: float = 0.25, cohesion_threshold: float = 0.88, random_state: int = 0,
                  consolidate: bool = True, max_docs: int | None = None) -> None:
         super().__init__(rouge_threshold=rouge_threshold, cohesion_threshold=cohesion_threshold,
                          random_state=random_state, consolidate=consolidate, max_docs=max_docs)
 
-    def inspect(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
+    def current_thresholds(self) -> dict[str, float | None]:
+        return {}   # removal follows the cluster rule, not score ≥ threshold: rerun to change it
+
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+        t = time.perf_counter()
+        decisions = self._filter(ranking, resources)
+        latency = {"filter": (time.perf_counter() - t) * 1000}
+        ins = Inspection(decisions, layers_run=["filter"], latency_ms=latency)
+        llm = resources.llm if self.consolidate else None
+        if llm is not None:
+            t2 = time.perf_counter()
+            context, _ = context_of(ranking, decisions, k_ctx)
+            ins.info.update(consolidate_knowledge(llm, ranking.query, context))
+            ins.answer = ins.info.get("answer")
+            ins.layers_run.append("consolidation")
+            ins.latency_ms["consolidation"] = (time.perf_counter() - t2) * 1000
+        else:
+            ins.info["consolidation"] = "skipped: " + ("disabled" if not self.consolidate else "no LLM configured")
+        return ins
+
+    def _filter(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
         docs = ranking.documents
         m = len(docs) if self.max_docs is None else min(len(docs), int(self.max_docs))
         scope = docs[:m]
@@ -174,22 +198,6 @@ class TrustRAG(Defense):
                                 res.reason + ("; this document removed" if removed else "; this document kept"),
                                 "trustrag"))
         return out
-
-    def apply(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = 5) -> DefenseResult:
-        t = time.perf_counter()
-        decisions = self.inspect(ranking, resources)
-        latency = {"filter": (time.perf_counter() - t) * 1000}
-        result = finalize_context(self.label, ranking, decisions, k_ctx, layers_run=["filter"], latency_ms=latency)
-        llm = resources.llm if self.consolidate else None
-        if llm is not None:
-            t2 = time.perf_counter()
-            result.info.update(consolidate_knowledge(llm, ranking.query, result.context))
-            result.layers_run.append("consolidation")
-            result.latency_ms["consolidation"] = (time.perf_counter() - t2) * 1000
-        else:
-            result.info["consolidation"] = "skipped: " + ("disabled" if not self.consolidate else "no LLM configured")
-        result.latency_ms["total"] = (time.perf_counter() - t) * 1000
-        return result
 
 
 def consolidate_knowledge(llm: Any, question: str, context: list[RankedDocument]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Exact texts of the template attacks (ALGORITHMS.md §7.1, §7.3) and the mixed-script trigger."""
+"""Exact texts of the template attacks (docs/algorithms.md §7.1, §7.3) and the mixed-script trigger."""
 from __future__ import annotations
 
 from sieve.attacks import generate_attack

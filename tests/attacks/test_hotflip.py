@@ -1,4 +1,4 @@
-"""PoisonedRAG white-box HotFlip (ALGORITHMS.md §7.2)."""
+"""PoisonedRAG white-box HotFlip (docs/algorithms.md §7.2)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Paraphrased trigger (TRIS round 1, ALGORITHMS.md §7.3): validation, fallbacks, cache."""
+"""Paraphrased trigger (TRIS round 1, docs/algorithms.md §7.3): validation, fallbacks, cache."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Forced-top placement (TRIS pilot_cpu.py, ALGORITHMS.md §7.3) and volume slicing."""
+"""Forced-top placement (TRIS pilot_cpu.py, docs/algorithms.md §7.3) and volume slicing."""
 from __future__ import annotations
 
 import pytest

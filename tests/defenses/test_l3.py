@@ -1,4 +1,4 @@
-"""TRIS Layer 3 verifiers (ALGORITHMS.md §2.4, DESIGN.md fail-open L3)."""
+"""TRIS Layer 3 verifiers (docs/algorithms.md §2.4, docs/design.md fail-open L3)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Serial composition (ALGORITHMS.md §5): merge, renumbering, refill, fallback, build_defense."""
+"""Serial composition (docs/algorithms.md §5): merge, renumbering, refill, fallback, build_defense."""
 from __future__ import annotations
 
 import pytest

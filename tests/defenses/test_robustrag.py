@@ -1,4 +1,4 @@
-"""RobustRAG keyword aggregation (ALGORITHMS.md §8.3) with a scripted LLM."""
+"""RobustRAG keyword aggregation (docs/algorithms.md §8.3) with a scripted LLM."""
 from __future__ import annotations
 
 import pytest

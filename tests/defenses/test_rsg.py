@@ -1,4 +1,4 @@
-"""RSG (ALGORITHMS.md §4) on hand-computed geometry."""
+"""RSG (docs/algorithms.md §4) on hand-computed geometry."""
 from types import SimpleNamespace
 
 import numpy as np

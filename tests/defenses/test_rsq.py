@@ -1,4 +1,4 @@
-"""RSQ (ALGORITHMS.md §3) on hand-computed examples, with the tiny in-process models."""
+"""RSQ (docs/algorithms.md §3) on hand-computed examples, with the tiny in-process models."""
 import json
 import math
 

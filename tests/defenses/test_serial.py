@@ -1,4 +1,4 @@
-"""rsg_rsq serial deployment (ALGORITHMS.md §5): quarantine, renumber, ≥ 20 survivors, RSQ on new ranks;
+"""rsg_rsq serial deployment (docs/algorithms.md §5): quarantine, renumber, ≥ 20 survivors, RSQ on new ranks;
 one decision per document reflecting both layers on one normalised score scale (threshold 1.0)."""
 from types import SimpleNamespace
 

@@ -1,4 +1,4 @@
-"""Hand-computed values of the RAGSieve statistics helpers (ALGORITHMS.md §3.1, §3.2, §4.5)."""
+"""Hand-computed values of the RAGSieve statistics helpers (docs/algorithms.md §3.1, §3.2, §4.5)."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""TRIS L1 / L2 / composition (ALGORITHMS.md §2.2, §2.3, §2.5) with hand-computed expectations."""
+"""TRIS L1 / L2 / composition (docs/algorithms.md §2.2, §2.3, §2.5) with hand-computed expectations."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""TrustRAG original design (ALGORITHMS.md §8.2) and the ROUGE-L helpers it uses."""
+"""TrustRAG original design (docs/algorithms.md §8.2) and the ROUGE-L helpers it uses."""
 from __future__ import annotations
 
 import random
