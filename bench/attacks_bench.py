@@ -13,7 +13,7 @@ own poison in the top-``depth``. Prints, per family:
 * pr_w: mean similarity before → after HotFlip and seconds per target, from the documents'
   metadata (as generated) and, with ``--live-pr-w N``, re-measured now on the first N targets.
 
-forced_top documents are placed with :func:`sieve.attacks.placement.force_top` (not retrieved).
+forced_top documents are pinned by the experiment core (placement metadata), not retrieved.
 Nothing is asserted; numbers depend on the load of the machine (2 shared CPU cores).
 """
 from __future__ import annotations
@@ -29,24 +29,22 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sieve.attacks import ATTACKS, force_top, generate_attack, is_forced_top  # noqa: E402
+from sieve.attacks import ATTACKS, generate_attack  # noqa: E402
 from sieve.config import SieveConfig  # noqa: E402
 from sieve.corpus import load_dataset  # noqa: E402
-from sieve.index import open_index  # noqa: E402
+from sieve.experiment import Experiment  # noqa: E402
 from sieve.resources import Resources  # noqa: E402
 
 
-def family_effectiveness(base, records, depth: int) -> dict[str, float]:
-    forced = bool(records) and is_forced_top(records[0])
+def family_effectiveness(exp: Experiment, records, depth: int) -> dict[str, float]:
+    """hit@5 / poisons@5 / best rank of one family's poisons, ranked through the experiment core
+    (forced-top records are pinned by their placement metadata, as in `sieve eval`)."""
     docs = [d for r in records for d in r.documents]
-    index = base if forced else base.with_documents(docs)
+    snap = exp.snapshot(f"bench:{records[0].attack}", documents=docs)
     hits, n5, best = [], [], []
     for r in records:
         own = {d.id for d in r.documents}
-        if forced:
-            ranking = force_top(base.rank(r.query, depth, r.query_id), list(r.documents), depth=depth)
-        else:
-            ranking = index.rank(r.query, depth, r.query_id, condition=r.attack)
+        ranking = exp.rank(r.query, snapshot=snap, query_id=r.query_id, depth=depth)
         ranks = [d.rank for d in ranking.documents if d.id in own]
         hits.append(any(x <= 5 for x in ranks))
         n5.append(sum(x <= 5 for x in ranks))
@@ -70,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ds = load_dataset(args.data)
     res = Resources(SieveConfig.load())
     t0 = time.perf_counter()
-    base = open_index(ds, res, progress=False)
+    exp = Experiment(ds, res, depth=args.depth)
+    base = exp.base_index()
     print(f"index: {len(base.ids)} documents, retriever {base.model_id} ({time.perf_counter() - t0:.1f} s)")
     by_family = {f: [r for r in ds.attacks if r.attack == f] for f in ds.attack_families()}
     for fam in ATTACKS.names():
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     for fam, records in by_family.items():
         if not records:
             continue
-        m = family_effectiveness(base, records, args.depth)
+        m = family_effectiveness(exp, records, args.depth)
         print(f"{fam:<14}{m['targets']:>8}{m['hit@5']:>8.2f}{m['poisons@5']:>11.2f}{m['best_rank']:>11.2f}")
 
     prw = by_family.get("pr_w") or []

@@ -22,7 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sieve.dashboard import service as S  # noqa: E402
+from sieve.dashboard import explorer as E  # noqa: E402
+from sieve.dashboard import session as S  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -40,14 +41,13 @@ def main() -> int:
     t0 = time.perf_counter()
     ds = S.load_dataset(args.dataset)
     res = S.make_resources(tiny=args.tiny, corpus_texts=[d.text for d in ds.documents])
-    index = S.open_dataset_index(ds, res)
+    exp = S.make_experiment(ds, res)
     cond = args.condition or (ds.attack_families()[0] if ds.attack_families() else S.CLEAN)
-    view = S.condition_view(index, ds, cond)
     calib = S.run_calibration()
-    defs = {"none": S.build_defense("none")}
+    defs = {"none": S.prepare(exp, "none", cond)}
     for spec in S.DEFAULT_DEFENSES:   # the explorer's defaults (TRIS with L3 off, as the page's default)
         params = {"l3_mode": "off"} if spec == "tris" else {}
-        defs[spec] = S.prepare_defense(spec, params, view, ds, res, index, calib)
+        defs[spec] = S.prepare(exp, spec, cond, params, calib)
     setup = time.perf_counter() - t0
     if cond == S.CLEAN:
         qs = [(q.id, q.text) for q in ds.queries[: args.queries]]
@@ -56,12 +56,12 @@ def main() -> int:
     cold, warm = [], []
     for qid, q in qs:
         t = time.perf_counter()
-        S.explore(view, ds, res, q, cond, defs, qid)
+        E.explore(exp, q, cond, defs, qid)
         cold.append((time.perf_counter() - t) * 1000)
     stages: dict[str, list[float]] = {}
     for qid, q in qs:
         t = time.perf_counter()
-        r = S.explore(view, ds, res, q, cond, defs, qid)
+        r = E.explore(exp, q, cond, defs, qid)
         warm.append((time.perf_counter() - t) * 1000)
         for k, v in r.timings_ms.items():
             stages.setdefault(k, []).append(v)

@@ -1,7 +1,7 @@
 """Overview: what Sieve does and the headline numbers of the shipped demo run (loads in seconds)."""
 import streamlit as st
 
-from sieve.dashboard import service as S
+from sieve.dashboard import session as S
 from sieve.dashboard import state
 
 state.init_state()

@@ -4,7 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import figures as F
-from sieve.dashboard import service as S
+from sieve.dashboard import alerts as A
+from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import md_escape
 
@@ -103,9 +104,9 @@ with state.page_guard("Corpus & index"):
                         help="clean corpus, or clean corpus + all documents of one attack family")
     if st.toggle("Run the RSG audit", value=True, key="run_audit"):
         with st.spinner("Auditing the snapshot…"):
-            audit, ms = S.timed(state.audit, cond)
-        v = state.view(cond)
-        table = S.audit_table(audit, v)
+            report, ms = S.timed(state.audit, cond)
+        audit = report.audit
+        table = A.audit_table(report)
         flagged = table[table["flagged"] == 1]
         a = st.columns(4)
         a[0].metric("flagged", f"{len(flagged)} / {len(table)}")
@@ -118,5 +119,5 @@ with state.page_guard("Corpus & index"):
             a[3].metric("audit time", f"{ms:.0f} ms")
         st.dataframe(flagged.sort_values("score", ascending=False), hide_index=True, width="stretch")
         if st.button("Record these flags in the quarantine ledger", key="record_flags"):
-            n, added = S.record_audit_flags(audit, v, ds, cond, state.ledger())
+            n, added = A.record_audit_flags(report, ds.name, state.ledger())
             st.success(f"{n} flags, {added} new open alerts — triage them on the *Alerts* page.")

@@ -7,7 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import figures as F
-from sieve.dashboard import service as S
+from sieve.dashboard import explorer as E
+from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import highlight_segments, highlighted_html, snippet
 
@@ -94,8 +95,7 @@ with state.page_guard("Query explorer"):
     if key not in cache:
         with st.status("Running retrieval and defenses…", expanded=False) as status:
             status.update(label="Loading models and index (first time only)…")
-            view = state.view(cond)
-            res = state.resources()
+            snap = state.view(cond)
             defs = {}
             for spec in chosen:
                 status.update(label=f"Preparing {spec}…")
@@ -105,11 +105,11 @@ with state.page_guard("Query explorer"):
                     st.warning(f"{spec} could not be prepared: {state.friendly(e)}")
             base = {"none": state.defense("none", cond)}
             status.update(label="Ranking and applying defenses…")
-            quarantined = S.quarantined_ids(view, res)
+            quarantined = snap.excluded
             if quarantined:
                 st.caption(f"{len(quarantined)} document(s) quarantined in the ledger (open or confirmed alerts) "
                            "are excluded from retrieval; roll an alert back on *Alerts* to restore a document.")
-            result = S.explore(view, ds, res, query, cond, {**base, **defs}, query_id, k_ctx, exclude=quarantined)
+            result = E.explore(state.experiment(), query, cond, {**base, **defs}, query_id, k_ctx)
             status.update(label=f"Done in {result.timings_ms['total']:.0f} ms", state="complete")
         cache.clear()
         cache[key] = result
@@ -176,13 +176,13 @@ with state.page_guard("Query explorer"):
             st.info("Select a TRIS defense to see its layer verdicts.")
         for n in tris_names:
             st.write(f"**{n}**")
-            st.json(S.tris_layers(result.results[n].decision_for(doc.id)))
+            st.json(E.tris_layers(result.results[n].decision_for(doc.id)))
     with tabs[5]:
         rows = []
         for n, r in result.results.items():
             d = r.decision_for(doc.id)
             if d is not None:
-                rows.append({"defense": n, "decision": S.decision_label(d), "layer": d.layer, "status": d.status,
+                rows.append({"defense": n, "decision": E.decision_label(d), "layer": d.layer, "status": d.status,
                              "score": d.score, "threshold": d.threshold, "margin": d.margin(), "reason": d.reason})
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
@@ -200,7 +200,7 @@ with state.page_guard("Query explorer"):
         with st.spinner("Generating (the local model loads once; then a few seconds per answer)…"):
             try:
                 res = state.resources()
-                answers[key] = S.generate_answers(res, query, {n: [d.text for d in r.context]
+                answers[key] = E.generate_answers(res, query, {n: [d.text for d in r.context]
                                                                for n, r in result.results.items()})
             except Exception as e:  # noqa: BLE001
                 state.show_error("Generation failed", e)
@@ -210,4 +210,4 @@ with state.page_guard("Query explorer"):
             with col:
                 st.write(f"**{'undefended' if n == 'none' else n}**")
                 st.text(text)
-                st.caption(S.answer_verdict(text, ranking.correct_answers, ranking.target_answer))
+                st.caption(E.answer_verdict(text, ranking.correct_answers, ranking.target_answer))

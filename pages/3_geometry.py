@@ -4,7 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import figures as F
-from sieve.dashboard import service as S
+from sieve.dashboard import geometry as G
+from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import snippet
 
@@ -37,29 +38,28 @@ with state.page_guard("Geometry"):
     k = st.slider("top-k", 10, 50, 50, 5, key="g_k")
     if query.strip():
         with st.spinner("Ranking and clustering in the judge space…"):
-            view = state.view(cond)
             res = state.resources()
-            ranking = S.rank_query(view, ds, query, cond, query_id, k)
+            ranking = state.experiment().rank(query, condition=cond, query_id=query_id, depth=k)
             tris = state.defense("tris_l1", cond).apply(ranking, res)
             emb = res.judge_embeddings([d.text for d in ranking.documents])
             from sieve.types import content_hash
 
             ckey = content_hash("|".join(d.hash for d in ranking.documents) + res.judge.model_id)
             xy = state.projection(ckey, m, emb, min(10, max(2, len(ranking.documents) - 1)))
-            df = S.judge_geometry(ranking, res, tris, k, xy=xy)
+            df = G.judge_geometry(ranking, res, tris, k, xy=xy)
         st.plotly_chart(F.judge_space(df), width="stretch")
         st.caption(f"TRIS L1: {tris.info.get('l1', {}).get('reason', '')} · ✕ = poison · green ring = kept majority")
 
     # -- corpus in retriever space -------------------------------------------------------------------
     st.subheader("Corpus in retriever space (RSG density contrast)")
     with st.spinner("Auditing and projecting the snapshot…"):
-        view = state.view(cond)
-        audit = state.audit(cond)
+        view = state.view(cond).index
+        audit = state.audit(cond).audit
         from sieve.corpus import corpus_hash
 
         ckey = corpus_hash(view.documents) + view.model_id
         xy = state.projection(ckey, m, view.vectors)
-        cdf = S.corpus_geometry(view, audit, xy=xy)
+        cdf = G.corpus_geometry(view, audit, xy=xy)
     flagged_ids = sorted(audit.flagged_ids, key=lambda i: -float(audit.density[audit.index_of(i)]))
     ids = flagged_ids + [i for i in view.ids if i not in set(flagged_ids)]   # densest flagged first
     sel_key = "g_selected"

@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import figures as F
-from sieve.dashboard import service as S
+from sieve.dashboard import runs as R
+from sieve.dashboard import session as S
 from sieve.dashboard import state
 
 state.init_state()
@@ -38,7 +39,7 @@ with state.page_guard("Trade-offs"):
     values: dict = {}
     knobs_all: list = []
     for name in run.defenses:
-        knobs = S.threshold_knobs(run, name)
+        knobs = R.threshold_knobs(run, name)
         if not knobs:
             continue
         with st.expander(f"{name}", expanded=name == run.defenses[0] or len(run.defenses) <= 3):
@@ -54,9 +55,9 @@ with state.page_guard("Trade-offs"):
     if any(k["layer"] == "L2" for k in knobs_all):
         st.caption("TRIS: L1 (clustering), C, and L3 need a rerun; switching L2 off keeps documents L1 did not remove "
                    "(L3 never saw them, so it fails open).")
-    overrides = S.overrides_from_knobs(values, knobs_all)
-    rows = S.tradeoff_rows(run, overrides, k_ctx)
-    base = S.tradeoff_rows(run, {}, run.k_ctx)
+    overrides = R.overrides_from_knobs(values, knobs_all)
+    rows = R.tradeoff_rows(run, overrides, k_ctx)
+    base = R.tradeoff_rows(run, {}, run.k_ctx)
 
     st.subheader("Metrics (live)")
     attacks = [c for c in run.conditions if c != S.CLEAN] or [S.CLEAN]
@@ -88,13 +89,13 @@ with state.page_guard("Trade-offs"):
     st.subheader("ROC curves")
     curves, points = {}, {}
     for name in run.defenses:
-        rd = S.roc_data(run, name, focus_att)
+        rd = R.roc_data(run, name, focus_att)
         if rd is None:
             continue
         curves[name] = rd
         knob = next((k for k in knobs_all if k["key"].startswith(f"{name}:") and k["layer"] in (None, "RSQ", "L2")), None)
         if knob is not None:
-            points[name] = S.operating_point(rd["pos"], rd["neg"], values.get(knob["key"], knob["value"]))
+            points[name] = R.operating_point(rd["pos"], rd["neg"], values.get(knob["key"], knob["value"]))
     if curves:
         st.plotly_chart(F.roc_figure(curves, points), width="stretch")
     else:

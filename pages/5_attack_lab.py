@@ -4,7 +4,10 @@ import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import figures as F
-from sieve.dashboard import service as S
+from sieve.dashboard import explorer as E
+from sieve.dashboard import lab as L
+from sieve.dashboard import session as S
+from sieve.experiment import prepare_defense
 from sieve.dashboard import state
 from sieve.dashboard.safe import snippet
 from sieve.types import Target
@@ -48,7 +51,7 @@ with state.page_guard("Attack lab"):
         target = Target("lab-q", q, (), ta, (payload,))
     st.caption(f"Correct answer: {', '.join(target.correct_answers) or 'n/a'} · the attacker wants: **{target.target_answer}**")
 
-    families = S.lab_families()
+    families = L.lab_families()
     c1, c2, c3 = st.columns([2, 2, 1])
     family = c1.selectbox("Attack family", families, key="lab_family")
     volume = c2.slider("Injection volume (poisons)", 1, 20, 5, key="lab_volume")
@@ -59,7 +62,7 @@ with state.page_guard("Attack lab"):
     sandbox_key = "lab_sandbox"
     if b1.button("Generate poisons", type="primary", key="lab_generate"):
         with st.spinner(f"Generating {volume} {family} poisons…"):
-            docs, stats = S.lab_poisons(family, target, state.resources(), volume=volume, seed=int(seed))
+            docs, stats = L.lab_poisons(family, target, state.resources(), volume=volume, seed=int(seed))
         st.session_state[sandbox_key] = {"family": family, "qid": target.query_id, "docs": docs, "stats": stats}
     if in_file and b2.button("Load the dataset's poisons", key="lab_load"):
         rec = next(r for r in ds.attack_records(family) if r.query_id == target.query_id)
@@ -76,13 +79,14 @@ with state.page_guard("Attack lab"):
     st.write(f"**{len(poisons)} poison passages** ({box['family']}) — shown verbatim:")
     st.dataframe(pd.DataFrame([{"id": d.id, "text": d.text} for d in poisons]), hide_index=True, width="stretch")
 
-    base = state.index()
+    exp = state.experiment()
     res = state.resources()
-    sandbox = S.sandbox_view(base, poisons)
-    clean_r = S.rank_query(base, ds, target.query, S.CLEAN, target.query_id)
-    pois_r = S.lab_ranking(sandbox, target, box["family"], poisons)
+    clean_r = exp.rank(target.query, condition=S.CLEAN, query_id=target.query_id,
+                       correct_answers=target.correct_answers, target_answer=target.target_answer)
+    pois_r = L.lab_ranking(exp, target, box["family"], poisons)
+    sandbox = L.lab_snapshot(exp, box["family"], poisons)
     st.plotly_chart(F.rank_strip({"clean index": clean_r, "poisoned sandbox": pois_r}), width="stretch")
-    ranks = S.poison_ranks(pois_r)
+    ranks = L.poison_ranks(pois_r)
     in_top5 = sum(1 for r in ranks if r <= 5)
     st.metric("poisons in the top-5", f"{in_top5} / {len(poisons)}",
               help="ranks of the poisons in the sandbox: " + ", ".join(map(str, ranks[:20])))
@@ -93,11 +97,12 @@ with state.page_guard("Attack lab"):
     specs = st.multiselect("Defenses", [n for n in DEFENSES.names() if n != "none"],
                            default=[d for d in ("tris", "rsq", "rsg_rsq") if d in DEFENSES.names()], key="lab_defs")
     k_ctx = int(st.session_state["k_ctx"])
-    results = {"none": S.build_defense("none").apply(pois_r, res, k_ctx=k_ctx)}
+    results = {"none": prepare_defense(exp, "none").apply(pois_r, res, k_ctx=k_ctx)}
     rows = []
     for spec in specs:
         try:
-            d = S.prepare_defense(spec, {}, sandbox, ds, res, base, state.calibration())
+            d = prepare_defense(exp, spec, snapshot=sandbox, calibration=state.calibration(),
+                                clean_limit=S.DASHBOARD_CALIBRATION_QUERIES)
             r = d.apply(pois_r, res, k_ctx=k_ctx)
         except Exception as e:  # noqa: BLE001
             st.warning(f"{spec}: {state.friendly(e)}")
@@ -119,7 +124,7 @@ with state.page_guard("Attack lab"):
                 ctxs.update({("poisoned, undefended" if n == "none" else f"poisoned + {n}"): [d.text for d in r.context]
                              for n, r in results.items()})
                 st.session_state["lab_answer_store"] = (box["family"], target.query_id,
-                                                   S.generate_answers(res, target.query, ctxs))
+                                                   E.generate_answers(res, target.query, ctxs))
             except Exception as e:  # noqa: BLE001
                 state.show_error("Generation failed", e)
     ans = st.session_state.get("lab_answer_store")
@@ -129,5 +134,5 @@ with state.page_guard("Attack lab"):
             with col:
                 st.write(f"**{name}**")
                 st.text(text)
-                st.caption(S.answer_verdict(text, target.correct_answers, target.target_answer))
+                st.caption(E.answer_verdict(text, target.correct_answers, target.target_answer))
     st.caption("Everything here lives in memory: the sandbox index is a copy, the dataset files are untouched.")

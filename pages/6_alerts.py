@@ -3,7 +3,8 @@ roll back with a reason, export CSV."""
 import pandas as pd
 import streamlit as st
 
-from sieve.dashboard import service as S
+from sieve.dashboard import alerts as A
+from sieve.dashboard import session as S
 from sieve.dashboard import state
 
 state.init_state()
@@ -31,7 +32,7 @@ with state.page_guard("Alerts"):
                             index=conds.index(conds[1]) if len(conds) > 1 else 0)
         if st.button("Audit and record flags", key="al_audit"):
             with st.spinner("Auditing…"):
-                n, added = S.record_audit_flags(state.audit(cond), state.view(cond), ds, cond, led)
+                n, added = A.record_audit_flags(state.audit(cond), ds.name, led)
             st.success(f"{n} flags, {added} new alerts.")
             counts = led.counts()
 
@@ -45,10 +46,10 @@ with state.page_guard("Alerts"):
                "min_score": min_score if min_score > 0 else None, "sort": sort}
     alerts = led.alerts(**filters)
     if alerts:
-        st.dataframe(S.alerts_frame(alerts), hide_index=True, width="stretch", height=300)
+        st.dataframe(A.alerts_frame(alerts), hide_index=True, width="stretch", height=300)
     else:
         st.caption("No alerts match these filters.")
-    st.download_button("Export CSV", S.alerts_csv(led, **filters), file_name="sieve-alerts.csv", mime="text/csv",
+    st.download_button("Export CSV", A.alerts_csv(led, **filters), file_name="sieve-alerts.csv", mime="text/csv",
                        key="al_csv")
     if not alerts:
         st.stop()

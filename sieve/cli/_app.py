@@ -47,6 +47,12 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ImportError:  # pragma: no cover
             pass
         try:
+            from sieve.experiment import DefenseSpecError, ExperimentError
+
+            known = known + (ExperimentError, DefenseSpecError)
+        except ImportError:  # pragma: no cover
+            pass
+        try:
             from sieve.models.errors import ModelError
 
             known = known + (ModelError,)

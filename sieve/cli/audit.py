@@ -6,85 +6,27 @@ quarantine is never deletion; the dataset files are not modified).
 """
 from __future__ import annotations
 
-import csv
 import getpass
-import json
-import time
-from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
-from sieve.cli.data import _CONFIG_HELP, _DATASET_HELP, _RETRIEVER_HELP, _config, _open, plain
+from sieve.cli.common import CONFIG_HELP, DATASET_HELP, RETRIEVER_HELP, default_ledger, load_config, open_experiment, plain
 
 if TYPE_CHECKING:
-    from sieve.defenses.rsg import RSGAudit
     from sieve.ledger import Ledger
 
 ledger_app = typer.Typer(help="Review the quarantine ledger: list, confirm, dismiss, roll back, export alerts.",
                          no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
 
-CSV_COLUMNS = ["id", "poison", "D", "p", "I", "T", "score", "flagged", "branch", "eligible_neighbours"]
-
-
-def audit_rows(audit: "RSGAudit", poison: dict[str, bool] | None = None) -> list[dict[str, Any]]:
-    """One CSV row per document: id, poison label (if known), D, p, I, T, score, flagged, branch,
-    eligible neighbour count."""
-    counts = audit.eligible_counts
-    rows = []
-    for i, doc_id in enumerate(audit.ids):
-        integ, topo = bool(audit.integrity[i]), bool(audit.topology[i] >= 0.5)
-        flagged = bool(audit.flagged[i])
-        branch = ("both" if integ and topo else "integrity" if integ else "topology") if flagged else ""
-        rows.append({
-            "id": doc_id,
-            "poison": "" if poison is None else int(bool(poison.get(doc_id, False))),
-            "D": float(audit.density[i]), "p": float(audit.tail_p[i]), "I": int(audit.integrity[i]),
-            "T": float(audit.topology[i]), "score": float(audit.score[i]), "flagged": int(flagged),
-            "branch": branch, "eligible_neighbours": int(counts[i]),
-        })
-    return rows
-
-
-def audit_metrics(audit: "RSGAudit", poison: dict[str, bool]) -> dict[str, Any]:
-    """§9.2 RSG evaluation: positives = poison-labelled documents, negatives = the rest."""
-    from sieve.evaluation.metrics import auroc, detect_at_clean_budget
-
-    pos = [float(audit.score[i]) for i, d in enumerate(audit.ids) if poison.get(d)]
-    neg = [float(audit.score[i]) for i, d in enumerate(audit.ids) if not poison.get(d)]
-    flagged_pos = sum(1 for i, d in enumerate(audit.ids) if poison.get(d) and audit.flagged[i])
-    flagged_neg = sum(1 for i, d in enumerate(audit.ids) if not poison.get(d) and audit.flagged[i])
-    return {
-        "positives": len(pos), "negatives": len(neg),
-        "auroc": auroc(pos, neg), "detect_at_5pct": detect_at_clean_budget(pos, neg, 0.05),
-        "tpr_at_0.5": flagged_pos / len(pos) if pos else None,
-        "fpr_at_0.5": flagged_neg / len(neg) if neg else None,
-    }
-
-
-def write_audit_report(out: Path, audit: "RSGAudit", summary: dict[str, Any],
-                       poison: dict[str, bool] | None) -> tuple[Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    rows = audit_rows(audit, poison)
-    csv_path = out / "rsg_audit.csv"
-    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    report = dict(summary)
-    report["flagged"] = [audit.row(i).to_dict() for i in map(int, audit.flagged.nonzero()[0])]
-    json_path = out / "rsg_audit.json"
-    json_path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
-    return json_path, csv_path
-
 
 @app.command("audit")
 @user_errors
 def audit_command(
-    dataset_dir: Path = typer.Argument(..., help=_DATASET_HELP, show_default=False),
+    dataset_dir: Path = typer.Argument(..., help=DATASET_HELP, show_default=False),
     with_attack: Optional[str] = typer.Option(None, "--with-attack", "-a",
                                               help="Audit the corpus plus every document of this attack family "
                                                    "(a name from attacks.jsonl, e.g. pr_b)."),
@@ -96,62 +38,41 @@ def audit_command(
     ledger_path: Optional[Path] = typer.Option(None, "--ledger",
                                                help="Quarantine ledger file (default: <cache dir>/ledger.sqlite)."),
     no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record flags in the ledger."),
-    retriever: Optional[str] = typer.Option(None, "--retriever", "-r", help=_RETRIEVER_HELP),
-    config_file: Optional[Path] = typer.Option(None, "--config", help=_CONFIG_HELP),
+    retriever: Optional[str] = typer.Option(None, "--retriever", "-r", help=RETRIEVER_HELP),
+    config_file: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Audit a corpus snapshot with RSG (RAGSieve's corpus-time kNN-graph density + script integrity check).
 
     Flags about 5% of the snapshot at most: documents with mixed writing systems (integrity branch) and documents sitting in unusually dense, lexically distinct neighbourhoods (topology branch; the budget left after integrity alerts). Writes a JSON report and a CSV with one row per document, records each flag as an open alert in the quarantine ledger, and prints a summary (with AUROC and detection at 5% clean removal when poison labels are known). Your dataset files are never modified.
     """
-    if mode not in ("exact", "hnsw", "ivf"):
-        raise UserError(f"--mode must be exact, hnsw or ivf (got {mode!r})")
-    from sieve.corpus import corpus_hash, load_dataset
-    from sieve.defenses.rsg import RSGParams, audit_corpus
+    from sieve.experiment import AUDIT_MODES, record_flags, run_audit
 
-    cfg = _config(config_file, retriever)
+    if mode not in AUDIT_MODES:
+        raise UserError(f"--mode must be {', '.join(AUDIT_MODES)} (got {mode!r})")
+    from sieve.corpus import load_dataset
+
+    cfg = load_config(config_file, retriever)
     ds = load_dataset(dataset_dir)
-    injected = []
-    if with_attack:
+    if with_attack and with_attack not in ds.attack_families():
         families = ds.attack_families()
-        if with_attack not in families:
-            raise UserError(f"{ds.path}: unknown attack family {with_attack!r}; "
-                            f"available: {', '.join(families) or 'none (no attacks.jsonl)'}")
-        injected = ds.attack_documents(with_attack)
-    index, cache = _open(ds, cfg)
-    if injected:
-        index = index.with_documents(injected, cache=cache, progress=True)
+        raise UserError(f"{ds.path}: unknown attack family {with_attack!r}; "
+                        f"available: {', '.join(families) or 'none (no attacks.jsonl)'}")
+    exp = open_experiment(ds, cfg)
     condition = with_attack or "clean"
-    docs = list(index.documents)
-    t0 = time.perf_counter()
-    audit = audit_corpus(index.ids, [d.text for d in docs], index.vectors, RSGParams(mode=mode, progress=True))
-    seconds = time.perf_counter() - t0
-    poison = {d.id: bool(d.poison) for d in docs} if with_attack else None
-    snapshot_hash = corpus_hash(docs)
-    index_version = f"{index.model_id}/{index.manifest.get('format', '')}"
-    flagged = [int(i) for i in audit.flagged.nonzero()[0]]
-    branches = Counter(audit.row(i).branch for i in flagged)
-    summary: dict[str, Any] = {
-        "dataset": ds.name, "dataset_path": str(ds.path), "condition": condition, "mode": mode,
-        "documents": len(docs), "injected": len(injected), "corpus_hash": snapshot_hash,
-        "index_version": index_version, "seconds": round(seconds, 3),
-        "docs_per_second": round(len(docs) / seconds, 1) if seconds > 0 else None,
-        "f_I": audit.f_I, "f_T": audit.f_T, "flags": len(flagged),
-        "integrity_flags": branches.get("integrity", 0) + branches.get("both", 0),
-        "topology_flags": branches.get("topology", 0) + branches.get("both", 0),
-        "params": {k: v for k, v in vars(audit.params).items() if k != "progress"},
-    }
-    if poison is not None:
-        summary["metrics"] = audit_metrics(audit, poison)
+    report = run_audit(exp, condition, mode=mode, progress=True)
+    audit, summary, docs = report.audit, report.summary, report.snapshot.documents
+    injected = report.snapshot.injected
     out_dir = out or Path(cfg.cache_dir) / "audits" / f"{ds.name}-{condition}"
-    json_path, csv_path = write_audit_report(out_dir, audit, summary, poison)
+    json_path, csv_path = report.write(out_dir)
+    flagged = report.flagged
 
     typer.echo(f"snapshot   {ds.name} ({condition}): {len(docs)} documents"
                + (f" incl. {len(injected)} injected" if injected else ""))
-    typer.echo(f"rsg        {mode} kNN, {seconds:.2f} s ({summary['docs_per_second']} docs/s)")
+    typer.echo(f"rsg        {mode} kNN, {summary['seconds']:.2f} s ({summary['docs_per_second']} docs/s)")
     typer.echo(f"flags      {len(flagged)} ({100 * len(flagged) / len(docs):.1f}%): "
                f"integrity {summary['integrity_flags']}, topology {summary['topology_flags']}; "
                f"f_I={audit.f_I:.4f} f_T={audit.f_T:.4f}")
-    if poison is not None:
+    if "metrics" in summary:
         m = summary["metrics"]
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
         typer.echo(f"labels     {m['positives']} poison / {m['negatives']} clean: AUROC {fmt(m['auroc'])}, "
@@ -164,16 +85,11 @@ def audit_command(
     if len(flagged) > 10:
         typer.echo(f"  … {len(flagged) - 10} more in {csv_path}")
     if not no_ledger and flagged:
-        from sieve.ledger import Flag, Ledger, default_ledger_path
+        from sieve.ledger import Ledger
 
-        with Ledger(ledger_path or default_ledger_path(cfg)) as led:
-            flags = [Flag(audit.ids[i], docs[i].hash, float(audit.score[i]), audit.params.decision_threshold,
-                          audit.row(i).to_dict(), f"RSG {audit.row(i).branch} flag ({condition})") for i in flagged]
-            before = len(led.list(detector="rsg", corpus_hash=snapshot_hash))
-            led.add_flags(flags, detector="rsg", corpus_id=f"{ds.name}:{condition}", corpus_hash=snapshot_hash,
-                          index_version=index_version)
-            added = len(led.list(detector="rsg", corpus_hash=snapshot_hash)) - before
-            typer.echo(f"ledger     {added} new open alerts ({len(flagged) - added} already recorded) in {led.path}")
+        with Ledger(default_ledger(cfg, ledger_path)) as led:
+            n, added = record_flags(report, led, ds.name)
+            typer.echo(f"ledger     {added} new open alerts ({n - added} already recorded) in {led.path}")
     typer.echo(f"report     {json_path}")
     typer.echo(f"csv        {csv_path}")
 

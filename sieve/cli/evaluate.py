@@ -9,48 +9,10 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
-from sieve.models.tiny import TESTING_RETRIEVER, tiny_resources
-
-if TYPE_CHECKING:
-    from sieve.config import SieveConfig
-    from sieve.corpus import Dataset
-    from sieve.resources import Resources
-
-"""Hidden retriever name: every model role becomes a tiny in-process model (tests, smoke checks)."""
-
-
-def _split(v: Optional[str]) -> Optional[list[str]]:
-    if v is None:
-        return None
-    items = [x.strip() for x in v.split(",") if x.strip()]
-    return items or None
-
-
-def _config(config_file: Optional[Path], retriever: Optional[str]) -> "SieveConfig":
-    from sieve.config import SieveConfig
-
-    cfg = SieveConfig.load(config_file)
-    if retriever:
-        cfg.models.retriever = retriever
-        if retriever != TESTING_RETRIEVER:
-            cfg.validate()
-    return cfg
-
-
-def _resources(cfg: "SieveConfig", ds: "Dataset") -> "Resources":
-    from sieve.resources import Resources
-
-    if cfg.models.retriever == TESTING_RETRIEVER:
-        return tiny_resources(cfg, [d.text for d in ds.documents])
-    from sieve.index import ArtifactCache
-
-    return Resources(cfg, cache=ArtifactCache.default(cfg))
-
-
-def _load(dataset_dir: Path) -> "Dataset":
-    from sieve.corpus import load_dataset
-
-    return load_dataset(dataset_dir)
+from sieve.cli.common import load_config as _config
+from sieve.cli.common import load_dataset as _load
+from sieve.cli.common import make_resources as _resources
+from sieve.cli.common import split_list as _split
 
 
 def _sigterm_as_interrupt() -> None:
@@ -156,7 +118,7 @@ def calibrate_command(
 ) -> None:
     """Learn a defense's score threshold on clean queries only and save it for `sieve eval
     --calibration` and the dashboard."""
-    from sieve.evaluation.calibrate import calibrate_defense, save_calibration
+    from sieve.evaluation.calibrate import calibrate_on_dataset, save_calibration
     from sieve.evaluation.runner import RunError
 
     if not 0.0 <= clean_budget < 1.0:
@@ -165,10 +127,8 @@ def calibrate_command(
     ds = _load(dataset_dir)
     res = _resources(cfg, ds)
     try:
-        result = calibrate_defense(ds, defense, res, clean_budget, depth)
+        result = calibrate_on_dataset(ds, defense, res, clean_budget, depth)
     except (ValueError, RunError) as e:
-        if isinstance(e, KeyError):
-            raise
         raise UserError(str(e)) from None
     path = save_calibration(out, defense, result["params"], result["meta"])
     params = ", ".join(f"{k} = {v:.6g}" for k, v in result["params"].items())

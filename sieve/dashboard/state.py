@@ -12,17 +12,21 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import streamlit as st
 
-from sieve.dashboard import service as S
+from sieve.dashboard import alerts as A
+from sieve.dashboard import geometry as G
+from sieve.dashboard import runs as R
+from sieve.dashboard import session as S
 from sieve.dashboard.safe import md_escape, scrub_secrets
 
 if TYPE_CHECKING:
     from sieve.corpus import Dataset
     from sieve.defenses.base import Defense
+    from sieve.experiment import AuditReport, Experiment, Snapshot
     from sieve.index import VectorIndex
     from sieve.resources import Resources
 
 DEFAULTS: dict[str, Any] = {
-    "dataset_path": None,          # filled from service.default_dataset_path()
+    "dataset_path": None,          # filled from session.default_dataset_path()
     "uploaded_dataset": None,      # a Dataset built from an uploaded corpus file
     "condition": S.CLEAN,
     "defenses": list(S.DEFAULT_DEFENSES),
@@ -149,29 +153,30 @@ def _ds_key(ds: "Dataset") -> str:
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _index(key: str, _ds: "Dataset", _res: "Resources") -> "VectorIndex":
-    return S.open_dataset_index(_ds, _res)
+def _experiment(key: str, _ds: "Dataset", _res: "Resources") -> "Experiment":
+    return S.make_experiment(_ds, _res)
+
+
+def experiment() -> "Experiment":
+    """The active dataset's experiment (snapshots, ranking, quarantine), once per dataset and process."""
+    ds = dataset()
+    return _experiment(_ds_key(ds), ds, resources())
 
 
 def index() -> "VectorIndex":
-    ds = dataset()
-    return _index(_ds_key(ds), ds, resources())
+    """The clean corpus's retriever index."""
+    return experiment().base_index()
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _view(key: str, condition: str, _ds: "Dataset", _index: "VectorIndex") -> "VectorIndex":
-    return S.condition_view(_index, _ds, condition)
-
-
-def view(condition: str) -> "VectorIndex":
-    ds = dataset()
-    return _view(_ds_key(ds), condition, ds, index())
+def view(condition: str) -> "Snapshot":
+    """The corpus snapshot of ``condition`` (quarantine exclusions refreshed from the ledger)."""
+    return experiment().snapshot(condition)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def _defense(key: str, spec: str, params_json: str, condition: str, calib_json: str, _ds: "Dataset",
-             _view: "VectorIndex", _base: "VectorIndex", _res: "Resources") -> "Defense":
-    return S.prepare_defense(spec, json.loads(params_json), _view, _ds, _res, _base, json.loads(calib_json))
+def _defense(key: str, spec: str, params_json: str, condition: str, calib_json: str,
+             _exp: "Experiment") -> "Defense":
+    return S.prepare(_exp, spec, condition, json.loads(params_json), json.loads(calib_json))
 
 
 def calibration() -> dict[str, dict[str, Any]]:
@@ -185,31 +190,32 @@ def defense(spec: str, condition: str, params: dict[str, Any] | None = None) -> 
     """A prepared (fitted / calibrated) defense for ``condition``, cached per parameters."""
     ds = dataset()
     return _defense(_ds_key(ds), spec, json.dumps(params or {}, sort_keys=True), condition,
-                    json.dumps(calibration(), sort_keys=True), ds, view(condition), index(), resources())
+                    json.dumps(calibration(), sort_keys=True), experiment())
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def _audit(key: str, condition: str, _view: "VectorIndex") -> Any:
-    return S.rsg_audit(_view)
+def _audit(key: str, condition: str, _exp: "Experiment") -> "AuditReport":
+    return A.audit(_exp, condition)
 
 
-def audit(condition: str) -> Any:
+def audit(condition: str) -> "AuditReport":
+    """The RSG audit of ``condition``'s snapshot (once per dataset and condition)."""
     ds = dataset()
-    return _audit(_ds_key(ds), condition, view(condition))
+    return _audit(_ds_key(ds), condition, experiment())
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def projection(content_key: str, method: str, _vectors: Any, n_neighbors: int = 15) -> Any:
     """2-D projection cached by content hash (the vectors themselves are not hashed)."""
-    return S.project_2d(_vectors, method, n_neighbors=n_neighbors)
+    return G.project_2d(_vectors, method, n_neighbors=n_neighbors)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _run(path: str, mtime_key: str) -> S.RunData:
-    return S.load_run(path)
+def _run(path: str, mtime_key: str) -> R.RunData:
+    return R.load_run(path)
 
 
-def run(path: str) -> S.RunData:
+def run(path: str) -> R.RunData:
     return _run(path, _mtime_key(path))
 
 
@@ -220,7 +226,7 @@ def ledger() -> Any:
 
 @st.cache_resource(show_spinner=False)
 def _ledger(path: str) -> Any:
-    return S.open_ledger(path)
+    return A.open_ledger(path)
 
 
 def sidebar_status() -> None:

@@ -11,7 +11,7 @@ A calibration file is YAML::
 The runner (``sieve eval --calibration FILE``) and the dashboard pass ``defenses[NAME]`` as
 parameters to the defense ``NAME``. Thresholds are learned with :meth:`Defense.calibrate` on the
 *clean* rankings of the dataset's queries only (never on attack data) so that at most the clean
-budget of the clean documents the defense scores would be removed (strict rule, ALGORITHMS.md §9.2).
+budget of the clean documents the defense scores would be removed (strict rule, docs/algorithms.md §9.2).
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sieve.config import ConfigError, read_yaml_mapping
+from sieve.constants import CLEAN_BUDGET, DEPTH
 
 if TYPE_CHECKING:
     from sieve.corpus import Dataset
     from sieve.defenses.base import Defense
     from sieve.resources import Resources
-    from sieve.types import Ranking
 
 
 def load_calibration(path: str | Path | None) -> dict[str, dict[str, Any]]:
@@ -78,45 +78,24 @@ def apply_calibration(defense: "Defense", calibration: dict[str, dict[str, Any]]
     return defense
 
 
-def clean_rankings(ds: "Dataset", resources: "Resources", depth: int = 50) -> tuple[list["Ranking"], Any]:
-    """The clean rankings of the dataset's queries (saved clean contexts when the dataset has
-    ``contexts.jsonl``, else retrieval at ``depth`` on the corpus only) and the clean snapshot
-    (``None`` when not built)."""
-    from sieve.evaluation.runner import CLEAN, plan_conditions
-
-    plan = plan_conditions(ds, attacks=[])
-    items = dict(plan.conditions)[CLEAN]
-    if plan.mode == "contexts":
-        return [it.saved for it in items if it.saved is not None], None
-    from sieve.index import open_index
-
-    index = open_index(ds, resources, progress=False)
-    return [index.rank(it.query, depth, query_id=it.query_id, condition=CLEAN, correct_answers=it.correct_answers)
-            for it in items], index
-
-
-def calibrate_defense(ds: "Dataset", name: str, resources: "Resources", clean_budget: float = 0.05,
-                      depth: int = 50) -> dict[str, Any]:
-    """Learn the threshold of defense ``name`` on the clean rankings of ``ds``.
+def calibrate_on_dataset(ds: "Dataset", name: str, resources: "Resources", clean_budget: float = CLEAN_BUDGET,
+                         depth: int = DEPTH) -> dict[str, Any]:
+    """Learn the threshold of defense ``name`` on the clean rankings of ``ds`` (``sieve calibrate``).
 
     Returns ``{"params": {param: value}, "meta": {...}}``. Raises ``ValueError`` if the defense has
-    nothing to calibrate or produced no clean scores.
+    nothing to calibrate or the dataset has no clean queries. Preparation goes through
+    :func:`sieve.experiment.prepare_defense` like every other face.
     """
-    from sieve.evaluation.runner import make_defense
+    from sieve.experiment import Experiment, build_defense, prepare_defense
 
-    d = make_defense(name)
+    d = build_defense(name)
     if d.threshold_param is None:
         raise ValueError(f"defense {name!r} has no score threshold to calibrate")
-    rankings, snapshot = clean_rankings(ds, resources, depth)
+    exp = Experiment(ds, resources, depth=depth)
+    rankings = exp.clean_rankings()
     if not rankings:
         raise ValueError(f"dataset {ds.path} has no clean queries to calibrate on")
-    if d.corpus_time:
-        if snapshot is None:
-            from sieve.index import open_index
-
-            snapshot = open_index(ds, resources, progress=False)
-        d.fit(snapshot, resources)
-    d.calibrate(rankings, resources, clean_budget)
+    prepare_defense(exp, d, clean_rankings=rankings, clean_budget=clean_budget)
     value = getattr(d, d.threshold_param)
     return {"params": {d.threshold_param: float(value)},
             "meta": {"clean_budget": clean_budget, "dataset": str(ds.path), "n_rankings": len(rankings),

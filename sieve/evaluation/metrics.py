@@ -19,6 +19,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from sieve.defenses.budget import budget_index, threshold_at_clean_budget  # one budget rule (§9.2)
+
 # ------------------------------------------------------------------------------------------------
 # Ranking / detection metrics (§9.2)
 # ------------------------------------------------------------------------------------------------
@@ -41,30 +43,6 @@ def auroc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     ranks = rankdata(np.concatenate([p, n]), method="average")
     rank_sum = float(ranks[: len(p)].sum())
     return (rank_sum - len(p) * (len(p) + 1) / 2.0) / (len(p) * len(n))
-
-
-def budget_index(n_neg: int, budget: float) -> int:
-    """⌊n·budget⌋ — the number of negatives allowed above the threshold (§9.2).
-
-    A 1e-9 guard keeps decimal budgets exact (0.29·100 is 28.999… in binary floating point).
-    """
-    if not 0.0 <= budget <= 1.0:
-        raise ValueError(f"clean budget must be within [0, 1], got {budget}")
-    return int(math.floor(n_neg * budget + 1e-9))
-
-
-def threshold_at_clean_budget(neg_scores: Sequence[float], budget: float = 0.05) -> float:
-    """Score threshold that removes at most ``budget`` of the negatives under the strict rule.
-
-    §9.2: sort negatives descending, take the element at index ⌊n·budget⌋; a document is flagged iff
-    its score is **strictly greater**. If that index is ≥ n (no negatives, or budget = 1) every
-    negative may be removed, so the threshold is ``-inf`` (everything with a finite score is flagged).
-    """
-    s = np.sort(_floats(neg_scores))[::-1]
-    i = budget_index(len(s), budget)
-    if i >= len(s):
-        return float("-inf")
-    return float(s[i])
 
 
 def detect_at_clean_budget(pos: Sequence[float], neg: Sequence[float], budget: float = 0.05) -> float | None:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from sieve.evaluation import metrics as M
-from sieve.evaluation.runner import CLEAN, latest_records, read_records, roc_inputs
+from sieve.constants import CLEAN
+from sieve.evaluation.records import latest_records, read_records
+from sieve.evaluation.summary import roc_inputs
 
 PLOT_IDS = ("asr-utility-plane", "roc-curves", "per-attack-bars")
 
@@ -45,7 +47,7 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any], list[
         except json.JSONDecodeError as e:
             raise ReportError(f"{d / 'summary.json'}: invalid JSON ({e})") from None
     else:
-        from sieve.evaluation.runner import write_summary
+        from sieve.evaluation.summary import write_summary
 
         summary = write_summary(d)
     return cfg, summary, records

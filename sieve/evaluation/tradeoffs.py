@@ -1,9 +1,10 @@
 """Live threshold trade-offs from a finished run, without re-running any model (dashboard).
 
-:func:`recompute_run` takes the rows of ``records.jsonl`` and new thresholds per defense, recomputes
-the removal flags from the cached raw scores and evidence, rebuilds each final context from the saved
+:func:`recompute_run` takes the rows of ``records.jsonl`` and new thresholds per defense, re-decides
+every stored decision with the defense's own rule (:meth:`Defense.redecide`, no model runs; the
+rule is never re-implemented here), rebuilds each final context from the saved
 ranking (refill to ``k_ctx`` in original rank order, no rescoring, everything-filtered fallback;
-ALGORITHMS.md §5), and returns summary rows computed by the same code as ``summary.json``.
+docs/algorithms.md §5), and returns summary rows computed by the same code as ``summary.json``.
 
 What is recomputable live:
 
@@ -24,57 +25,67 @@ of changed contexts are left out (counted in ``n_stale_answers``).
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from sieve.evaluation.runner import SCORED_STATUSES, latest_records, summarize_records
+from sieve.evaluation.records import latest_records
+from sieve.evaluation.summary import summarize_records
+
+if TYPE_CHECKING:
+    from sieve.defenses.base import Defense
 
 RECOMPUTABLE = ("threshold", "layers", "k_ctx")
 NEEDS_RERUN = ("models", "cluster_count", "depth", "l3_mode", "prefix_token_count", "rsq windows", "rsg k")
 
 
-def _l2_score(ev: Mapping[str, Any]) -> float:
-    if ev.get("repeat_trigger"):
-        return float("inf")
-    return max(float(ev.get(k, 0.0) or 0.0) for k in ("jaccard", "bigram_overlap", "trigram_overlap"))
+def defense_for_record(spec: str, cache: dict[str, "Defense"] | None = None) -> "Defense":
+    """The defense object whose ``redecide`` rule applies to records of ``spec`` (built once per spec;
+    a spec that no longer builds falls back to the base rule: removed iff score ≥ threshold)."""
+    if cache is not None and spec in cache:
+        return cache[spec]
+    from sieve.defenses.base import Defense
+    from sieve.experiment import DefenseSpecError, build_defense
+
+    try:
+        d = build_defense(spec)
+    except DefenseSpecError:
+        d = Defense()
+    if cache is not None:
+        cache[spec] = d
+    return d
 
 
-def _new_removed(dec: dict[str, Any], ov: Mapping[str, Any]) -> bool:
-    removed = bool(dec.get("removed"))
-    layers: Mapping[str, float] = ov.get("layers") or {}
-    layer = dec.get("layer") or ""
-    score = dec.get("score")
-    examined = dec.get("status") in SCORED_STATUSES or score is not None
-    ev_l2 = (dec.get("evidence") or {}).get("L2")
-    if "L2" in layers and isinstance(ev_l2, dict) and layer in ("L2", "L3"):
-        l2 = _l2_score(ev_l2) >= float(layers["L2"])
-        return l2 if layer == "L2" else (l2 or removed)
-    if layer in layers and score is not None and examined:
-        return float(score) >= float(layers[layer])
-    if ov.get("threshold") is not None and score is not None and examined:
-        return float(score) >= float(ov["threshold"])
-    return removed
+def thresholds_of(ov: Mapping[str, Any]) -> dict[str, float]:
+    """Override mapping → the ``thresholds`` argument of :meth:`Defense.redecide`."""
+    out = {str(k): float(v) for k, v in (ov.get("layers") or {}).items()}
+    if ov.get("threshold") is not None:
+        out["threshold"] = float(ov["threshold"])
+    return out
 
 
-def recompute_record(rec: dict[str, Any], ov: Mapping[str, Any], default_k_ctx: int) -> dict[str, Any]:
+def recompute_record(rec: dict[str, Any], ov: Mapping[str, Any], default_k_ctx: int,
+                     defense: "Defense | None" = None) -> dict[str, Any]:
     """A copy of one record with decisions, context and fallback recomputed under ``ov``."""
     if rec.get("error"):
         return rec
+    from sieve.defenses.base import finalize_context
+    from sieve.types import Decision, RankedDocument, Ranking
+
+    d = defense if defense is not None else defense_for_record(rec["defense"])
     out = copy.copy(rec)
-    decs = []
-    for dec in rec.get("decisions", []):
-        d = dict(dec)
-        new = _new_removed(dec, ov)
-        if new != bool(dec.get("removed")):
-            d["removed"] = new
-        decs.append(d)
-    out["decisions"] = decs
+    decisions = [Decision.from_dict(x) for x in rec.get("decisions", [])]
+    thresholds = thresholds_of(ov)
+    if thresholds and decisions:
+        decisions = d.redecide(decisions, thresholds)
+    out["decisions"] = [x.to_dict() for x in decisions]
     k = int(ov.get("k_ctx") or default_k_ctx)
-    removed = {d["doc_id"] for d in decs if d.get("removed")}
-    order = [d["id"] for d in sorted(rec.get("ranking", []), key=lambda x: x["rank"])]
-    survivors = [i for i in order if i not in removed]
-    out["fallback_used"] = not survivors and bool(order)
-    out["context_ids"] = (survivors or order)[:k]
-    if out["context_ids"] != rec.get("context_ids") and rec.get("answer") is not None:
+    ranked = sorted(rec.get("ranking", []), key=lambda x: x["rank"])
+    ranking = Ranking(rec.get("query", ""), [RankedDocument(x["id"], "", int(x["rank"]), float(x.get("score") or 0.0),
+                                                            bool(x.get("poison"))) for x in ranked])
+    if len(decisions) == len(ranking.documents):
+        res = finalize_context(rec["defense"], ranking, decisions, k)
+        out["fallback_used"] = res.fallback_used
+        out["context_ids"] = [x.id for x in res.context]
+    if out.get("context_ids") != rec.get("context_ids") and rec.get("answer") is not None:
         out["answer"] = None
         out["judgment"] = None
         out["stale_answer"] = True
@@ -93,9 +104,10 @@ def recompute_run(records: Iterable[dict[str, Any]], overrides: Mapping[str, Map
     glob = overrides.get("*", {})
     new = []
     stale: dict[tuple[str, str], int] = {}
+    defenses: dict[str, "Defense"] = {}
     for r in latest_records(records):
         ov = {**glob, **overrides.get(r["defense"], {})}
-        nr = recompute_record(r, ov, k_ctx) if ov else r
+        nr = recompute_record(r, ov, k_ctx, defense_for_record(r["defense"], defenses)) if ov else r
         if nr.get("stale_answer"):
             stale[(r["defense"], r["condition"])] = stale.get((r["defense"], r["condition"]), 0) + 1
         new.append(nr)

@@ -49,7 +49,7 @@ def write_tiny_dataset(root: Path) -> Path:
 
 def tiny_resources(dataset_dir: Path):  # noqa: ANN201
     from sieve.corpus import load_dataset
-    from sieve.dashboard.service import make_resources
+    from sieve.dashboard.session import make_resources
 
     ds = load_dataset(dataset_dir)
     return make_resources(tiny=True, corpus_texts=[d.text for d in ds.documents])

@@ -135,7 +135,7 @@ def test_geometry_page_neighbourhood(dash_env):
 
 
 def test_attack_lab_generates_into_sandbox(dash_env):
-    from sieve.dashboard.service import default_dataset_path
+    from sieve.dashboard.session import default_dataset_path
 
     before = (default_dataset_path() / "corpus.jsonl").read_bytes()
     at = run_page("5_attack_lab.py")
@@ -172,7 +172,7 @@ def test_alerts_triage_flow(dash_env):
 @pytest.mark.realmodel
 def test_explorer_on_real_demo_with_real_models(monkeypatch):
     """The real demo dataset and the packaged models (loaded once; several seconds)."""
-    from sieve.dashboard.service import DEMO_DIR
+    from sieve.dashboard.session import DEMO_DIR
 
     if not (DEMO_DIR / "corpus.jsonl").exists():
         pytest.skip("demo_data/corpus.jsonl not built")

@@ -1,0 +1,102 @@
+"""What every ``sieve`` command shares: configuration, models, the experiment, plain text output.
+
+Commands build an :class:`~sieve.experiment.Experiment` here and take every ranking, snapshot and
+defense from it (docs/architecture.md). The hidden retriever name ``tiny-hashing`` turns every
+model role into a tiny in-process model (tests, smoke checks).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from sieve.cli._app import UserError
+
+if TYPE_CHECKING:
+    from sieve.config import SieveConfig
+    from sieve.corpus import Dataset
+    from sieve.experiment import Experiment
+    from sieve.resources import Resources
+
+#: Hidden retriever name: every model role becomes a tiny in-process model (tests, smoke checks).
+TESTING_RETRIEVER = "tiny-hashing"
+
+DATASET_HELP = ("Dataset directory (corpus.jsonl, queries.jsonl, optional qrels/attacks/targets), a BEIR "
+                "directory, or a single corpus file (.jsonl, .csv, .parquet).")
+RETRIEVER_HELP = ("Retriever model: all-mpnet-base-v2 (default), all-MiniLM-L6-v2 or multilingual-e5-small, "
+                  "or a local model path.")
+CONFIG_HELP = "YAML config file (default: $SIEVE_CONFIG, else built-in defaults)."
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def plain(text: str, width: int | None = None) -> str:
+    """Untrusted text as one printable line: control / bidi characters removed, whitespace
+    collapsed, cut to ``width`` characters with an ellipsis."""
+    s = " ".join(_UNSAFE.sub(" ", text).split())
+    if width is not None and len(s) > width:
+        s = s[: max(0, width - 1)] + "…"
+    return s
+
+
+def split_list(v: Optional[str]) -> Optional[list[str]]:
+    """A comma-separated option as a list (``None`` when empty)."""
+    if v is None:
+        return None
+    items = [x.strip() for x in v.split(",") if x.strip()]
+    return items or None
+
+
+def load_config(config_file: Optional[Path], retriever: Optional[str] = None) -> "SieveConfig":
+    from sieve.config import SieveConfig
+
+    cfg = SieveConfig.load(config_file)
+    if retriever:
+        cfg.models.retriever = retriever
+        if retriever != TESTING_RETRIEVER:
+            cfg.validate()
+    return cfg
+
+
+def load_dataset(dataset_dir: Path) -> "Dataset":
+    from sieve.corpus import load_dataset as _load
+
+    return _load(dataset_dir)
+
+
+def make_resources(cfg: "SieveConfig", ds: "Dataset | None" = None) -> "Resources":
+    """The packaged models (loaded lazily) with the persistent artifact cache, or the tiny
+    in-process models for the hidden ``tiny-hashing`` retriever."""
+    from sieve.index import ArtifactCache
+
+    cache = ArtifactCache.default(cfg)
+    if cfg.models.retriever == TESTING_RETRIEVER:
+        from sieve.models.tiny import tiny_resources
+
+        return tiny_resources(cfg, [d.text for d in ds.documents] if ds is not None else (), cache=cache)
+    from sieve.resources import Resources
+
+    return Resources(cfg, cache=cache)
+
+
+def open_experiment(ds: "Dataset", cfg: "SieveConfig", *, depth: int | None = None, progress: bool = True,
+                    ledger_path: Optional[Path] = None, quarantine: str = "none") -> "Experiment":
+    """An experiment over ``ds`` whose retriever index lives in the workspace (built or reused)."""
+    from sieve.constants import DEPTH
+    from sieve.experiment import Experiment, ExperimentError
+
+    try:
+        exp = Experiment(ds, make_resources(cfg, ds), depth=depth or DEPTH, ledger_path=ledger_path,
+                         quarantine=quarantine, persist=True, progress=progress)
+        exp.base_index()
+    except ExperimentError as e:
+        raise UserError(str(e)) from None
+    except ValueError as e:
+        raise UserError(f"{ds.path}: {e}") from None
+    return exp
+
+
+def default_ledger(cfg: "SieveConfig", path: Optional[Path]) -> Path:
+    from sieve.ledger import default_ledger_path
+
+    return Path(path) if path is not None else default_ledger_path(cfg)

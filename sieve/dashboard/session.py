@@ -1,0 +1,216 @@
+"""What every dashboard page shares: modes, paths, models, the dataset and its experiment.
+
+Pages never rank, prepare or audit on their own: they take an :class:`~sieve.experiment.Experiment`
+(cached per dataset by :mod:`sieve.dashboard.state`) and call the library through it.
+
+Test hooks (environment): ``SIEVE_DASHBOARD_TINY=1`` uses the tiny in-process models of
+:mod:`sieve.models.tiny` instead of the packaged ones; ``SIEVE_DASHBOARD_DATASET`` /
+``SIEVE_DASHBOARD_RUN`` / ``SIEVE_DASHBOARD_LEDGER`` override the default dataset directory, run
+directory and ledger file.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from sieve.constants import CLEAN, CLEAN_BUDGET, DEPTH
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sieve.corpus import Dataset
+    from sieve.defenses.base import Defense
+    from sieve.experiment import Experiment
+    from sieve.resources import Resources
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+DEMO_DIR = ROOT / "demo_data"
+
+
+DEMO_RUN = DEMO_DIR / "runs" / "demo"
+
+
+EXPLORER_DEPTH = DEPTH         # retrieval depth of the explorer (TRIS k=50; RSQ reads the top-20)
+
+
+DEFAULT_DEFENSES = ("tris", "rsq", "rsg_rsq")
+
+
+LIVE_DEFENSES = ("none", "tris", "tris_l1", "tris_l2", "rsq", "rsg", "rsg_rsq", "perplexity", "trustrag",
+                 "robustrag", "tris_full", "tris_l3")
+
+
+def tiny_mode() -> bool:
+    """True when ``SIEVE_DASHBOARD_TINY`` asks for the tiny in-process models (tests, quick demos)."""
+    return os.environ.get("SIEVE_DASHBOARD_TINY", "").strip().lower() in ("1", "true", "yes")
+
+
+def default_dataset_path() -> Path:
+    return Path(os.environ.get("SIEVE_DASHBOARD_DATASET") or DEMO_DIR)
+
+
+def default_run_dir() -> Path:
+    return Path(os.environ.get("SIEVE_DASHBOARD_RUN") or DEMO_RUN)
+
+
+def ledger_path(resources: "Resources | None" = None) -> Path:
+    env = os.environ.get("SIEVE_DASHBOARD_LEDGER")
+    if env:
+        return Path(env)
+    from sieve.ledger import default_ledger_path
+
+    if tiny_mode():
+        return Path(tempfile.gettempdir()) / "sieve-dashboard-tiny" / "ledger.sqlite"
+    return default_ledger_path(resources.config if resources is not None else None)
+
+
+def tiny_reply(prompt: str, system: str | None = None) -> str:
+    """The tiny generator used with ``SIEVE_DASHBOARD_TINY``: the first sentence of the first context
+    (a stand-in that, like a faithful reader, repeats what the top context asserts)."""
+    m = re.search(r"\[Context 1\]\n(.*?)(?:\n\[End of context 1\])", prompt, flags=re.S)
+    if not m:
+        return "I don't know"
+    first = re.split(r"(?<=[.!?])\s", m.group(1).strip(), maxsplit=1)[0]
+    return first[:200]
+
+
+def make_resources(tiny: bool | None = None, corpus_texts: Sequence[str] = ()) -> "Resources":
+    """Resources for the dashboard: the packaged models (loaded lazily, once per process through
+    :mod:`sieve.models`), or the tiny in-process models when ``tiny``."""
+    from sieve.config import SieveConfig
+    from sieve.resources import Resources
+
+    tiny = tiny_mode() if tiny is None else tiny
+    if not tiny:
+        return Resources(SieveConfig.load())
+    from sieve.models.tiny import ScriptedLLM, tiny_resources
+
+    return tiny_resources(SieveConfig(), corpus_texts, llm=ScriptedLLM(tiny_reply, model_id="tiny-echo"))
+
+
+def model_summary(resources: "Resources") -> dict[str, str]:
+    """Configured model per role (never the API key)."""
+    c = resources.config
+    llm = c.llm.resolved_base_url()
+    return {
+        "retriever": c.models.retriever, "judge": c.models.judge, "causal LM": c.models.causal_lm,
+        "token encoder": f"{c.models.token_encoder} (layer {c.models.token_encoder_layer})",
+        "generator / L3": (f"endpoint {llm} ({c.llm.resolved_model() or 'default model'})" if llm
+                           else f"local {c.llm.local_model}") if c.llm.enabled else "disabled",
+    }
+
+
+def load_dataset(path: str | os.PathLike[str]) -> "Dataset":
+    """:func:`sieve.corpus.load_dataset` with a clear error for a missing path (DatasetError otherwise)."""
+    from sieve.corpus import DatasetError, load_dataset as _load
+
+    p = Path(str(path)).expanduser()
+    if not str(path).strip():
+        raise DatasetError("<path>", None, None, "give a dataset directory or a corpus file")
+    if not p.exists():
+        raise DatasetError(str(p), None, None,
+                           "not found; give a dataset directory (corpus.jsonl, queries.jsonl, …) or a corpus file")
+    ds = _load(p)
+    if not ds.documents:
+        raise DatasetError(str(p), None, None, "the corpus is empty")
+    return ds
+
+
+def dataset_from_upload(name: str, data: bytes, directory: str | os.PathLike[str] | None = None) -> "Dataset":
+    """A dataset made of one uploaded corpus file (.jsonl/.csv/.parquet), written to a private temp
+    directory (the upload is only read)."""
+    suffix = Path(name).suffix.lower()
+    if suffix not in (".jsonl", ".csv", ".parquet"):
+        from sieve.corpus import DatasetError
+
+        raise DatasetError(name, None, None, "upload a .jsonl, .csv or .parquet corpus file")
+    base = Path(directory or tempfile.mkdtemp(prefix="sieve-upload-"))
+    base.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(name).name) or f"corpus{suffix}"
+    target = base / safe
+    target.write_bytes(data)
+    return load_dataset(target)
+
+
+def conditions(ds: "Dataset") -> list[str]:
+    """``clean`` plus one condition per attack family of ``attacks.jsonl``."""
+    return [CLEAN, *ds.attack_families()]
+
+
+def corpus_stats(ds: "Dataset") -> dict[str, Any]:
+    """Headline numbers and a per-document length table for the Corpus page."""
+    import pandas as pd
+
+    words = np.array([len(d.text.split()) for d in ds.documents]) if ds.documents else np.zeros(0)
+    lengths = pd.DataFrame({"id": [d.id for d in ds.documents], "words": words,
+                            "title": [d.title for d in ds.documents]})
+    fam = {f: len(ds.attack_documents(f)) for f in ds.attack_families()}
+    return {
+        "documents": len(ds.documents), "queries": len(ds.queries), "targets": len(ds.targets),
+        "qrels": sum(len(v) for v in ds.qrels.values()), "attack_families": fam,
+        "words_median": float(np.median(words)) if words.size else 0.0,
+        "words_max": int(words.max()) if words.size else 0,
+        "titles": len({d.title for d in ds.documents if d.title}),
+        "content_hash": ds.content_hash()[:10], "lengths": lengths, "summary": ds.summary(),
+    }
+
+
+def make_experiment(ds: "Dataset", resources: "Resources", quarantine: str = "open_and_confirmed") -> "Experiment":
+    """The dashboard's experiment over ``ds``: the persisted retriever index (shipped demo vectors are
+    reused; with injected tiny models an in-memory index, nothing written) and the quarantine ledger
+    honoured like ``sieve search`` does."""
+    from sieve.experiment import Experiment
+
+    return Experiment(ds, resources, depth=EXPLORER_DEPTH, ledger_path=ledger_path(resources), quarantine=quarantine)
+
+
+#: Clean queries used to calibrate a threshold that neither the user nor the demo run provides
+#: (the explorer must answer in seconds; ``sieve calibrate`` uses every clean query).
+DASHBOARD_CALIBRATION_QUERIES = 20
+
+
+def prepare(experiment: "Experiment", spec: str, condition: str, params: Mapping[str, Any] | None = None,
+            calibration: Mapping[str, Mapping[str, Any]] | None = None) -> "Defense":
+    """``spec`` prepared for ``condition`` through :func:`sieve.experiment.prepare_defense`: learned
+    thresholds from ``calibration`` (the demo run's), else calibrated on clean queries only."""
+    from sieve.experiment import prepare_defense
+
+    return prepare_defense(experiment, spec, condition=condition, params=params, calibration=calibration,
+                           clean_budget=CLEAN_BUDGET, clean_limit=DASHBOARD_CALIBRATION_QUERIES)
+
+
+def defense_catalog() -> "pd.DataFrame":
+    import pandas as pd
+
+    from sieve.registry import DEFENSES
+
+    return pd.DataFrame([{"defense": e.name, "summary": e.summary, "paper": e.paper, "needs": ", ".join(e.needs)}
+                         for e in DEFENSES.entries()])
+
+
+def run_calibration(run_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Thresholds learned on the clean condition of a run (``config.json`` → ``calibrated``)."""
+    import json
+
+    p = Path(run_dir or default_run_dir()) / "config.json"
+    if not p.exists():
+        return {}
+    try:
+        return dict(json.loads(p.read_text(encoding="utf-8")).get("calibrated") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def timed(fn: Callable[..., Any], *args: Any, **kw: Any) -> tuple[Any, float]:
+    t = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, (time.perf_counter() - t) * 1000
