@@ -4,9 +4,10 @@
   as attributes); the parameters of a class ARE the named arguments of its ``__init__`` signature.
   ``**kwargs`` is not a parameter: every real parameter must be spelled out.
 * :meth:`Params.get_params` returns the current value of every ``__init__`` parameter;
-  :meth:`Params.set_params` changes them and raises :class:`ValueError` for an unknown name,
-  naming the object, the bad key(s) and the valid ones. Constructing with an unknown keyword raises
-  :class:`TypeError` with the same message (checked in ``__new__``, before ``__init__`` runs).
+  :meth:`Params.set_params` changes them and raises :class:`UnknownParameterError` (a
+  ``ValueError`` and a ``TypeError``) for an unknown name, naming the object, the bad key(s) and the
+  valid ones. Constructing with an unknown keyword raises the same error (checked in ``__new__``,
+  before ``__init__`` runs).
 * Learned attributes end in ``_``.
 
 Class metadata — ``name``, ``summary`` (one line), ``paper`` (paper + section, citing
@@ -18,6 +19,12 @@ from __future__ import annotations
 
 import inspect
 from typing import Any, ClassVar
+
+
+class UnknownParameterError(TypeError, ValueError):
+    """An unknown parameter name (construction, ``set_params``, ``Registry.create``). Both a
+    :class:`TypeError` (like any unexpected keyword) and a :class:`ValueError` (a bad value of a
+    configuration mapping such as a calibration YAML)."""
 
 
 def unknown_parameter_message(label: str, bad: list[str] | set[str], valid: list[str]) -> str:
@@ -41,7 +48,7 @@ class Params:
         valid = cls.param_names()
         bad = set(kwargs) - set(valid)
         if bad and not cls._accepts_var_keyword():
-            raise TypeError(unknown_parameter_message(cls.name, bad, valid))
+            raise UnknownParameterError(unknown_parameter_message(cls.name, bad, valid))
         return super().__new__(cls)
 
     def __init__(self, **params: Any) -> None:
@@ -73,7 +80,7 @@ class Params:
         valid = self.param_names()
         bad = set(params) - set(valid)
         if bad:
-            raise ValueError(unknown_parameter_message(self.label, bad, valid))
+            raise UnknownParameterError(unknown_parameter_message(self.label, bad, valid))
         for k, v in params.items():
             setattr(self, k, v)
         return self

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sieve.params import unknown_parameter_message
+from sieve.params import UnknownParameterError, unknown_parameter_message
 
 #: Model roles a recipe can need — the attributes of :class:`sieve.resources.Resources`
 #: (``causal_lm`` is ``Resources.lm``; ``judge`` the judge embedder).
@@ -43,7 +43,7 @@ class Entry:
         valid = self.param_names()
         bad = set(params) - set(valid)
         if bad:
-            raise ValueError(unknown_parameter_message(self.name, bad, valid))
+            raise UnknownParameterError(unknown_parameter_message(self.name, bad, valid))
         obj = self.factory(**{**self.preset, **params})
         try:
             obj.registry_name = self.name
@@ -80,7 +80,7 @@ class Registry:
             _check_metadata(self.kind, entry.name, entry.summary, entry.paper, entry.needs)
             bad = set(entry.preset) - set(entry.param_names())
             if bad:
-                raise ValueError(unknown_parameter_message(f"preset {name}", bad, entry.param_names()))
+                raise UnknownParameterError(unknown_parameter_message(f"preset {name}", bad, entry.param_names()))
             old = self._entries.get(name)
             if old is not None and old.factory is not cls:
                 raise ValueError(f"{self.kind} name {name!r} is already registered")

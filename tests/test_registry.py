@@ -1,41 +1,103 @@
 """The registered names are a public contract (issues: TRIS/baselines, RAGSieve, attacks)."""
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
-from sieve.registry import ATTACKS, DEFENSES
+from sieve.registry import ATTACKS, DEFENSES, RESOURCE_ROLES, Registry
 
-REQUIRED_DEFENSES = {"none", "tris", "tris_l1", "tris_l2", "tris_l3", "tris_full", "trustrag",
-                     "robustrag", "perplexity", "rsq", "rsg", "rsg_rsq"}
-REQUIRED_ATTACKS = {"pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top"}
+DEFENSE_NAMES = {"none", "tris", "tris_l1", "tris_l2", "tris_l3", "tris_full", "trustrag", "robustrag",
+                 "perplexity", "rsq", "rsq_rescore", "rsg", "rsg_rsq"}
+ATTACK_NAMES = {"pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top"}
+
+
+def test_registries_discover_every_module_of_their_package():
+    assert DEFENSES.package == "sieve.defenses" and ATTACKS.package == "sieve.attacks"
+    assert {"sieve.defenses.tris", "sieve.defenses.rsq", "sieve.defenses.serial", "sieve.defenses.none"} <= set(
+        DEFENSES.modules())
+    assert {"sieve.attacks.blackbox", "sieve.attacks.hotflip", "sieve.attacks.placement"} <= set(ATTACKS.modules())
+
+
+def test_exact_defense_names_registered():
+    assert sorted(DEFENSES.names()) == sorted(DEFENSE_NAMES)
+    assert len(DEFENSES.names()) == len(DEFENSE_NAMES)
+
+
+def test_exact_attack_names_registered():
+    assert sorted(ATTACKS.names()) == sorted(ATTACK_NAMES)
 
 
 @pytest.mark.parametrize("registry", [DEFENSES, ATTACKS], ids=["defenses", "attacks"])
-def test_every_listed_module_exists(registry):
-    for module in registry._modules:
-        importlib.import_module(module)  # a missing module would silently drop recipes
-
-
-def test_required_defense_names_registered():
-    assert REQUIRED_DEFENSES <= set(DEFENSES.names())
-
-
-def test_required_attack_names_registered():
-    assert REQUIRED_ATTACKS <= set(ATTACKS.names())
-
-
-@pytest.mark.parametrize("registry", [DEFENSES, ATTACKS], ids=["defenses", "attacks"])
-def test_entries_have_metadata(registry):
+def test_entries_have_metadata_from_their_class(registry):
     for e in registry.entries():
-        assert e.summary, f"{e.name} has no summary"
-        assert e.paper, f"{e.name} has no paper/provenance"
-        for need in e.needs:
-            assert need in {"retriever", "embedder", "lm", "token_encoder", "llm"}, (e.name, need)
+        assert e.summary and "\n" not in e.summary, e.name
+        assert "docs/algorithms.md §" in e.paper, e.name
+        assert set(e.needs) <= set(RESOURCE_ROLES), (e.name, e.needs)
+        cls = e.factory
+        spec = {} if e.name == cls.name else cls.presets[e.name]
+        assert (e.summary, e.paper, e.needs, e.preset) == (
+            spec.get("summary", cls.summary), spec.get("paper", cls.paper),
+            tuple(spec.get("needs", cls.needs)), spec.get("params", {}))
+
+
+def test_known_metadata_values():
+    assert DEFENSES.entry("tris").needs == ("judge", "llm")
+    assert DEFENSES.entry("tris_l2").needs == () and DEFENSES.entry("tris_l2").preset == {"use_l1": False,
+                                                                                          "l3_mode": "off"}
+    assert DEFENSES.entry("rsq_rescore").preset == {"refill": "rescore"}
+    assert DEFENSES.entry("rsg_rsq").needs == ("retriever", "causal_lm", "token_encoder")
+    assert DEFENSES.entry("perplexity").needs == ("causal_lm",)
+    assert ATTACKS.entry("diverse").preset == {"trigger": "query", "join": ". "}
+    assert ATTACKS.entry("pr_w").needs == ("retriever",) and ATTACKS.entry("paraphrase").needs == ("llm",)
 
 
 def test_unknown_name_error_lists_known_names():
     with pytest.raises(KeyError) as ei:
         DEFENSES.create("no-such-defense")
     assert "tris" in str(ei.value)
+
+
+def test_create_rejects_unknown_parameters_by_name():
+    with pytest.raises(ValueError) as ei:
+        DEFENSES.create("rsq", threshold=1.37)      # the calibration-YAML typo of issue 10
+    assert str(ei.value) == "rsq: unknown parameter 'threshold'; valid parameters: eta_q, refill, max_rounds, trace_tokens"
+    with pytest.raises(ValueError, match="pr_b: unknown parameter 'iterations'"):
+        ATTACKS.create("pr_b", iterations=3)
+    assert DEFENSES.create("rsq_rescore", max_rounds=2).get_params() == {
+        "eta_q": 1.0, "refill": "rescore", "max_rounds": 2, "trace_tokens": True}
+
+
+def test_decorator_takes_metadata_from_the_class_and_checks_it():
+    from sieve.params import Params
+
+    reg = Registry("thing", "sieve.defenses")
+
+    class Good(Params):
+        name = "good"
+        summary = "A good thing."
+        paper = "nowhere (docs/algorithms.md §1)"
+        needs = ("judge",)
+        presets = {"good_fast": {"params": {"speed": 2}, "summary": "Fast."}}
+
+        def __init__(self, speed: int = 1) -> None:
+            super().__init__(speed=speed)
+
+    assert reg.register(Good) is Good
+    assert [e.name for e in reg._entries.values()] == ["good", "good_fast"]
+    fast = reg._entries["good_fast"]
+    assert fast.summary == "Fast." and fast.paper == Good.paper and fast.needs == ("judge",)
+    assert fast.create().speed == 2 and fast.create().label == "good_fast"
+
+    class BadNeeds(Good):
+        name = "bad"
+        needs = ("embedder",)
+        presets = {}
+
+    with pytest.raises(ValueError, match="unknown needs"):
+        reg.register(BadNeeds)
+
+    class BadPreset(Good):
+        name = "bad2"
+        presets = {"bad2_x": {"params": {"nope": 1}}}
+
+    with pytest.raises(ValueError, match="unknown parameter 'nope'"):
+        reg.register(BadPreset)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from sieve.constants import CLEAN_BUDGET, K_CTX
 from sieve.defenses.base import Defense, copy_decision
-from sieve.params import unknown_parameter_message
+from sieve.params import UnknownParameterError, unknown_parameter_message
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Inspection, Ranking
 
@@ -84,7 +84,7 @@ class Serial(Defense):
         bad = [k for k in params
                if (k not in valid if "." in k else not any(k in s.get_params() for s in self.stages))]
         if bad:
-            raise ValueError(unknown_parameter_message(self.label, set(bad), valid))
+            raise UnknownParameterError(unknown_parameter_message(self.label, set(bad), valid))
         for key, value in params.items():
             if "." in key:
                 label, param = key.split(".", 1)

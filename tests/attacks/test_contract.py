@@ -27,9 +27,20 @@ def resources_for(tiny_resources, whitebox_resources):
 
 
 def test_registry_names_are_the_contract():
-    assert set(CONTRACT_NAMES) <= set(ALL)
+    assert sorted(ALL) == sorted(CONTRACT_NAMES)
     for e in ATTACKS.entries():
         assert e.summary and e.paper, e.name
+        assert set(e.needs) <= {"retriever", "judge", "causal_lm", "token_encoder", "llm"}, e.name
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_unknown_parameters_are_rejected_by_name(name):
+    attack = ATTACKS.create(name)
+    with pytest.raises(ValueError, match=rf"^{name}: unknown parameter 'bogus'; valid parameters: "):
+        attack.set_params(bogus=1)
+    with pytest.raises(ValueError, match=rf"^{name}: unknown parameter 'bogus'"):
+        ATTACKS.create(name, bogus=1)
+    assert attack.get_params() == {k: getattr(attack, k) for k in type(attack).param_names()}
 
 
 @pytest.mark.parametrize("name", ALL)

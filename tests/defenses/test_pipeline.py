@@ -9,7 +9,7 @@ from sieve.defenses.perplexity import Perplexity
 from sieve.defenses.pipeline import Serial, build_defense
 from sieve.defenses.tris import TRIS
 from sieve.models.tiny import UnigramLM
-from sieve.types import Decision, Ranking
+from sieve.types import Decision, Inspection, Ranking
 
 
 class RemoveIds(Defense):
@@ -21,11 +21,13 @@ class RemoveIds(Defense):
         super().__init__(ids=tuple(ids))
         self.registry_name = label
         self.seen: list[Ranking] = []
+        self.k_seen: list = []
 
-    def inspect(self, ranking, resources):  # noqa: ANN001
+    def inspect(self, ranking, resources, k_ctx=5):  # noqa: ANN001
         self.seen.append(ranking)
-        return [Decision(d.id, d.id in self.ids, "scored", float(d.id in self.ids), 0.5, layer=self.label,
-                         reason=f"rank {d.rank}") for d in ranking.documents]
+        self.k_seen.append(k_ctx)
+        return Inspection([Decision(d.id, d.id in self.ids, "scored", float(d.id in self.ids), 0.5, layer=self.label,
+                                    reason=f"rank {d.rank}") for d in ranking.documents])
 
 
 def test_serial_merge_renumber_and_refill():
@@ -43,6 +45,9 @@ def test_serial_merge_renumber_and_refill():
     assert [c.rank for c in res.context] == [1, 5, 6, 7, 8]               # original ranks, not rescored
     assert res.layers_run == ["a:a", "b:b"]
     assert res.defense == "a+b" and res.info["stages"] == ["a", "b"]
+    assert a.k_seen == [5] and b.k_seen == [5]                           # the real k_ctx, not None
+    Serial([a, b]).apply(r, resources_with(), k_ctx=3)
+    assert a.k_seen[-1] == 3 and b.k_seen[-1] == 3
 
 
 def test_serial_fallback_and_skipped_stage():
@@ -66,8 +71,16 @@ def test_build_defense_specs_and_params():
         build_defense("tris+")
     with pytest.raises(KeyError, match="unknown defense"):
         build_defense("tris+nope")
-    with pytest.raises(ValueError, match="no stage has"):
+    with pytest.raises(ValueError, match="tris_l2\\+perplexity: unknown parameter 'nonexistent'; valid parameters: "):
         s.set_params(nonexistent=1)
+    with pytest.raises(ValueError, match="unknown parameter 'perplexity.bogus'"):
+        s.set_params(**{"perplexity.bogus": 1})
+    with pytest.raises(ValueError, match="unknown parameter 'nope.threshold'"):
+        s.set_params(**{"nope.threshold": 1})
+    with pytest.raises(ValueError, match="unknown parameter 'bogus'"):
+        build_defense("tris_l2+perplexity", bogus=1)
+    with pytest.raises(ValueError, match="rsq: unknown parameter 'threshold'; valid parameters: eta_q"):
+        build_defense("rsq", threshold=1.37)
 
 
 def test_serial_calibrates_stage_on_its_own_survivors():
@@ -83,3 +96,21 @@ def test_serial_calibrates_stage_on_its_own_survivors():
     expected = max(Perplexity(threshold=1.0).score_text(t, res) for t in corpus)
     assert p.threshold > expected and p.threshold < expected * (1 + 1e-12)
     assert s.threshold_ == p.threshold
+
+
+def test_serial_redecide_uses_the_stage_knobs():
+    corpus = ["the capital of france is paris", "paris is a city in france", "france is in europe"]
+    res = resources_with(lm=UnigramLM(corpus))
+    s = build_defense("tris_l2+perplexity", **{"perplexity.threshold": 5.0})
+    assert s.threshold_knobs() == ["tris_l2.L2", "perplexity.threshold"]
+    assert s.current_thresholds() == {"tris_l2.L2": 0.8, "perplexity.threshold": 5.0}
+    r = ranking_of("capital of france", ["capital of france capital of france zzz qqq"] + corpus)
+    ins = s.inspect(r, res)
+    same = s.redecide(ins.decisions, s.current_thresholds())
+    assert [d.removed for d in same] == [d.removed for d in ins.decisions]
+    assert ins.decisions[0].removed and ins.decisions[0].layer == "L2"
+    loose = s.redecide(ins.decisions, {"tris_l2.L2": float("inf"), "perplexity.threshold": 1e9})
+    assert not any(d.removed for d in loose[1:])
+    assert loose[0].removed   # repeat_trigger removes at any L2 threshold
+    with pytest.raises(ValueError, match="threshold knobs"):
+        s.redecide(ins.decisions, {"threshold": 1.0})

@@ -52,6 +52,7 @@ def test_poisoned_minority_not_corroborated_and_abstention_removed():
     assert d[5].status == "error" and "500" in d[5].reason
     assert d[6].status == "not_examined"
     assert out.info["answer"] == "Canberra" and "Word list: canberra" in llm.calls[-1][0]
+    assert out.answer == "Canberra" and DEFENSES.create("robustrag").answers
     assert len(llm.calls) == 6 + 1
     assert [c.id for c in out.context] == ["d0", "d1", "d2", "d5", "d6"]
 
@@ -60,3 +61,4 @@ def test_without_llm_all_unavailable_with_warning():
     out = DEFENSES.create("robustrag").apply(ranking_of(Q, list(ANSWERS)), resources_with(llm=None))
     assert {x.status for x in out.decisions} == {"unavailable"} and out.removed_ids == []
     assert out.warnings and "LLM" in out.warnings[0]
+    assert out.answer is None

@@ -1,4 +1,5 @@
 """RSG (docs/algorithms.md §4) on hand-computed geometry."""
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import numpy as np
@@ -153,10 +154,11 @@ def test_defense_fit_inspect_quarantine():
 
 def test_unfitted_rsg_is_unavailable():
     r = Ranking("q", [RankedDocument("a", "x", 1, 0.1)])
-    assert RSG().inspect(r, None)[0].status == "unavailable"
+    assert RSG().inspect(r, None).decisions[0].status == "unavailable"
 
 
 def test_rsg_params_validated():
-    with pytest.raises(ValueError, match="unknown parameter"):
+    with pytest.raises(ValueError, match="rsg: unknown parameter 'k'; valid parameters: neighbor_count"):
         RSG(k=3)
+    assert RSG().get_params() == asdict(RSGParams())
     assert RSG(mode="hnsw").rsg_params() == RSGParams(mode="hnsw")

@@ -144,7 +144,7 @@ def test_jump_and_semantic_score():
 # -- the defense ------------------------------------------------------------------------------
 def test_registered_with_needs():
     e = DEFENSES.entry("rsq")
-    assert e.needs == ("lm", "token_encoder")
+    assert e.needs == ("causal_lm", "token_encoder")
     assert isinstance(DEFENSES.create("rsq"), RSQ)
 
 
@@ -159,7 +159,7 @@ def test_fewer_than_20_documents_is_unavailable_not_a_crash(tiny_resources):
 
 def test_clean_candidates_score_floor_and_tail_not_examined(tiny_resources):
     r = make_ranking(clean_texts(25))
-    decisions = RSQ().inspect(r, tiny_resources)
+    decisions = RSQ().inspect(r, tiny_resources).decisions
     assert [d.status for d in decisions[:5]] == ["scored"] * 5
     assert [d.status for d in decisions[5:]] == ["not_examined"] * 20
     for d in decisions[:5]:
@@ -183,9 +183,9 @@ def test_anchor_candidates_flagged_and_refilled_from_tail(tiny_resources):
 
 def test_threshold_is_inclusive(tiny_resources):
     texts = [f"zorblax unique{i}" for i in range(5)] + clean_texts(20)
-    d = RSQ().inspect(make_ranking(texts), tiny_resources)[0]
-    assert RSQ(eta_q=d.score).inspect(make_ranking(texts), tiny_resources)[0].removed
-    assert not RSQ(eta_q=float(np.nextafter(d.score, np.inf))).inspect(make_ranking(texts), tiny_resources)[0].removed
+    d = RSQ().inspect(make_ranking(texts), tiny_resources).decisions[0]
+    assert RSQ(eta_q=d.score).inspect(make_ranking(texts), tiny_resources).decisions[0].removed
+    assert not RSQ(eta_q=float(np.nextafter(d.score, np.inf))).inspect(make_ranking(texts), tiny_resources).decisions[0].removed
 
 
 def test_rescore_refill_catches_second_wave(tiny_resources):
@@ -197,6 +197,7 @@ def test_rescore_refill_catches_second_wave(tiny_resources):
     paper = RSQ().apply(r, tiny_resources)
     assert [d.id for d in paper.context] == ["d6", "d7", "d8", "d9", "d10"]
     res = RSQ(refill="rescore").apply(r, tiny_resources)
+    assert [d.id for d in RSQ(refill="rescore").apply(r, tiny_resources, k_ctx=2).context] == ["d11", "d12"]
     assert sorted(res.removed_ids, key=lambda s: int(s[1:])) == [f"d{i}" for i in range(1, 11)]
     assert [d.id for d in res.context] == ["d11", "d12", "d13", "d14", "d15"]
     assert [x["round"] for x in res.info["rounds"]] == [1, 2, 3]

@@ -37,7 +37,7 @@ def setup(n_docs, integrity_positions, anchor_positions=()):
 
 def test_registered_corpus_time():
     e = DEFENSES.entry("rsg_rsq")
-    assert set(e.needs) == {"retriever", "lm", "token_encoder"}
+    assert set(e.needs) == {"retriever", "causal_lm", "token_encoder"}
     assert SerialRSGRSQ.corpus_time
 
 
@@ -102,7 +102,7 @@ def test_every_document_in_the_snapshot_is_scored_by_rsg(tiny_resources):
     snap = SimpleNamespace(ids=[snap.ids[i] for i in keep], documents=[snap.documents[i] for i in keep],
                            vectors=snap.vectors[keep])
     d = SerialRSGRSQ(eta_q=10.0).fit(snap, tiny_resources)
-    decisions = d.inspect(ranking, tiny_resources)
+    decisions = d.inspect(ranking, tiny_resources).decisions
     by_id = {x.doc_id: x for x in decisions}
     for x in decisions:
         assert x.threshold == 1.0
@@ -131,7 +131,7 @@ def test_combined_score_is_max_of_normalised_layer_scores(tiny_resources):
     # (T ≈ 0.026); with η_Q = 10 the RSQ candidates' S/η_Q = 0.02 is below RSG's 0.026/0.5
     snap, ranking = setup(25, integrity_positions=set())
     for eta_q, dominant in ((10.0, "RSG"), (0.1, "RSQ")):
-        decisions = SerialRSGRSQ(eta_q=eta_q).fit(snap, tiny_resources).inspect(ranking, tiny_resources)
+        decisions = SerialRSGRSQ(eta_q=eta_q).fit(snap, tiny_resources).inspect(ranking, tiny_resources).decisions
         for x in decisions[:5]:
             g = _norm(x.evidence["rsg"]["score"], x.evidence["rsg"]["threshold"])
             q = _norm(x.evidence["rsq"]["S"], eta_q)
@@ -147,7 +147,7 @@ def test_combined_score_is_max_of_normalised_layer_scores(tiny_resources):
 def test_removed_iff_a_layer_removed_iff_score_at_least_one(tiny_resources):
     snap, ranking = setup(26, integrity_positions={1, 2}, anchor_positions={3, 4, 5, 6, 7})
     # 2 of 26 integrity alerts (f_I < 5 %): topology stays on; d3..d7 are RSQ-flagged survivors
-    decisions = SerialRSGRSQ().fit(snap, tiny_resources).inspect(ranking, tiny_resources)
+    decisions = SerialRSGRSQ().fit(snap, tiny_resources).inspect(ranking, tiny_resources).decisions
     layers_removed = 0
     for x in decisions:
         rsg_removed = bool(x.evidence["rsg"]["flagged"])
@@ -178,14 +178,15 @@ def test_unfitted_serial_warns(tiny_resources):
 
 
 def test_serial_rejects_unknown_params():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="rsg_rsq: unknown parameter 'bogus'; valid parameters: eta_q, trace_tokens"):
         SerialRSGRSQ(bogus=1)
+    assert SerialRSGRSQ(mode="hnsw")._rsg().rsg_params().mode == "hnsw"
 
 
 def test_calibrate_uses_rsq_scores_only(tiny_resources):
     snap, ranking = setup(25, integrity_positions={1, 2, 3})
     d = SerialRSGRSQ(eta_q=4.0).fit(snap, tiny_resources)
-    decisions = d.inspect(ranking, tiny_resources)
+    decisions = d.inspect(ranking, tiny_resources).decisions
     raw = [x.evidence["rsq"]["S"] for x in decisions if x.layer == "RSQ"]
     combined = [x.score for x in decisions if x.layer == "RSQ"]
     assert len(raw) == 5 and raw[0] == pytest.approx(0.2)
@@ -198,5 +199,5 @@ def test_calibrate_uses_rsq_scores_only(tiny_resources):
     assert d.threshold_ == d.eta_q and d.get_params()["eta_q"] == d.eta_q
     assert SerialRSGRSQ.threshold_param == "eta_q"
     # after calibration the clean candidates sit just below the combined threshold and are kept
-    after = [x for x in d.inspect(ranking, tiny_resources) if x.layer == "RSQ"]
+    after = [x for x in d.inspect(ranking, tiny_resources).decisions if x.layer == "RSQ"]
     assert all(not x.removed and x.score < 1.0 for x in after)

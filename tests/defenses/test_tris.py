@@ -209,6 +209,8 @@ def test_bad_parameters_are_rejected_by_name():
     with pytest.raises(ValueError, match="context_mode"):
         TRIS(context_mode="fixed")
     assert TRIS().get_params()["cluster_count"] == 2
+    with pytest.raises(ValueError, match="tris: unknown parameter 'k_ctx'"):   # k_ctx is an inspect argument
+        TRIS(k_ctx=5)
 
 
 def test_l3_context_scope_verifies_only_documents_that_reach_the_generator():
@@ -224,3 +226,35 @@ def test_l3_context_scope_verifies_only_documents_that_reach_the_generator():
     assert d6.layer == "L2" and not d6.removed
     assert d6.evidence["L3"]["status"] == "skipped" and "outside the generation context" in d6.evidence["L3"]["reason"]
     assert res.info["removed"] == {"L1": 0, "L2": 1, "L3": 1}
+
+
+def test_l3_scope_follows_the_k_ctx_argument():
+    clean = [f"Jane Austen wrote novel number {i} of the Regency era." for i in range(6)]
+    texts = [clean[0], PARAPHRASED] + clean[1:] + [POISON]
+    for k, calls in ((2, (1 + 2) + (1 + 1)), (None, 1 + 7)):
+        llm = _verdict_llm()
+        ins = TRIS(cluster_count=1).inspect(ranking_of(QUERY, texts), resources_with(llm=llm), k_ctx=k)
+        assert len(llm.calls) == calls, k
+        assert ins.info["l3_llm_calls"] == calls
+
+
+def test_all_survivors_context_is_declared_through_the_inspection():
+    texts = [POISON] + [f"Austen clean passage {i}." for i in range(8)]
+    ins = DEFENSES.create("tris_l2", context_mode="all_survivors").inspect(ranking_of(QUERY, texts), resources_with())
+    assert ins.info["context_k"] is None
+    assert "context_k" not in DEFENSES.create("tris_l2").inspect(ranking_of(QUERY, texts), resources_with()).info
+
+
+def test_redecide_l2_uses_stored_overlaps():
+    texts = [POISON] + [f"Austen clean passage {i}." for i in range(8)]
+    d = DEFENSES.create("tris_l2")
+    assert d.threshold_knobs() == ["L2"] and d.current_thresholds() == {"L2": 0.8}
+    ins = d.inspect(ranking_of(QUERY, texts), resources_with())
+    same = d.redecide(ins.decisions, {"L2": 0.8})
+    assert [x.removed for x in same] == [x.removed for x in ins.decisions] == [True] + [False] * 8
+    assert all(a is not b for a, b in zip(same, ins.decisions))            # copies
+    strict = d.redecide(ins.decisions, {"L2": 0.0})
+    assert all(x.removed for x in strict) and strict[1].threshold == 0.0
+    assert [x.removed for x in ins.decisions][1:] == [False] * 8           # the input is unchanged
+    with pytest.raises(ValueError, match="threshold knobs: L2"):
+        d.redecide(ins.decisions, {"threshold": 0.5})

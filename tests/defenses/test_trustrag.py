@@ -102,5 +102,6 @@ def test_consolidation_answer_in_info():
     r = ranking_of("What is the capital of Australia?", CLEAN + POISON)
     out = DEFENSES.create("trustrag").apply(r, resources_with(judge=FixedEmbedder(_vectors()), llm=llm))
     assert out.info["answer"] == "Canberra" and out.info["consolidation"] == "ran"
+    assert out.answer == "Canberra" and out.to_dict()["answer"] == "Canberra"
     assert len(llm.calls) == 3 and out.removed_ids == ["d8", "d9", "d10", "d11"]
     assert "<document>" in llm.calls[1][0] and POISON[0] not in llm.calls[1][0]   # only the final context
