@@ -1,7 +1,7 @@
 """One typed configuration for Sieve, loadable from YAML (``sieve.yaml`` or ``--config``).
 
-Model roles resolve through :mod:`sieve.models`: ``"default"`` means the packaged model from
-DESIGN.md; any other value is a registered short name (``all-mpnet-base-v2``,
+Model roles resolve through :mod:`sieve.models`: ``"default"`` means the role's packaged default in
+:data:`MODEL_DEFAULTS` (docs/models.md); any other value is a registered short name (``all-mpnet-base-v2``,
 ``all-MiniLM-L6-v2``, ``multilingual-e5-small``, ``smollm2-135m``, ``qwen2.5-coder-0.5b``), a
 Hugging Face model id available locally, or a local path.
 """
@@ -11,6 +11,25 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+
+MODEL_ROLES = ("retriever", "judge", "causal_lm", "token_encoder", "llm")
+"""The canonical model role names (also :attr:`sieve.resources.Resources.ROLES`)."""
+
+MODEL_DEFAULTS: dict[str, str] = {
+    "retriever": "all-mpnet-base-v2",
+    "judge": "all-MiniLM-L6-v2",
+    "causal_lm": "smollm2-135m",
+    # BERTScore encoder for RSQ E_s: MiniLM layer 4 of 6 (mpnet layer 9 of 12 is the alternative);
+    # see sieve/defenses/rsq.py for why (query-time latency budget).
+    "token_encoder": "all-MiniLM-L6-v2",
+    "llm": "qwen2.5-coder-0.5b",   # or "smollm2-135m" (lighter)
+}
+"""The one default model per role: :class:`ModelsConfig` / :class:`LLMConfig` defaults, what a role
+named ``"default"`` resolves to, and the defaults of the ``sieve.models.load_*`` loaders."""
+
+TOKEN_ENCODER_LAYER = 4
+"""Default hidden layer of the token encoder (layer 4 of 6 of MiniLM, docs/models.md)."""
 
 
 def default_cache_dir() -> Path:
@@ -36,7 +55,7 @@ class LLMConfig:
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = 30.0
     retries: int = 2
-    local_model: str = "qwen2.5-coder-0.5b"   # or "smollm2-135m" (lighter)
+    local_model: str = MODEL_DEFAULTS["llm"]
     enabled: bool = True
 
     def resolved_base_url(self) -> str | None:
@@ -51,13 +70,13 @@ class LLMConfig:
 
 @dataclass
 class ModelsConfig:
-    retriever: str = "all-mpnet-base-v2"
-    judge: str = "all-MiniLM-L6-v2"
-    causal_lm: str = "smollm2-135m"
-    # BERTScore encoder for RSQ E_s: MiniLM layer 4 of 6 (mpnet layer 9 of 12 is the alternative);
-    # see sieve/defenses/rsq.py for why (query-time latency budget).
-    token_encoder: str = "all-MiniLM-L6-v2"
-    token_encoder_layer: int = 4
+    """Model per role; defaults from :data:`MODEL_DEFAULTS` (the LLM is :attr:`LLMConfig.local_model`)."""
+
+    retriever: str = MODEL_DEFAULTS["retriever"]
+    judge: str = MODEL_DEFAULTS["judge"]
+    causal_lm: str = MODEL_DEFAULTS["causal_lm"]
+    token_encoder: str = MODEL_DEFAULTS["token_encoder"]
+    token_encoder_layer: int = TOKEN_ENCODER_LAYER
 
 
 @dataclass
@@ -69,7 +88,7 @@ class SieveConfig:
     seed: int = 12
 
     def validate(self) -> "SieveConfig":
-        if _canonical(self.models.judge) == _canonical(self.models.retriever):
+        if _canonical(self.models.judge, "judge") == _canonical(self.models.retriever, "retriever"):
             raise ConfigError(
                 f"models.judge ({self.models.judge!r}) must differ from models.retriever "
                 f"({self.models.retriever!r}): TRIS Layer 1 needs an independent embedding space"
@@ -140,7 +159,6 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "YAML file") -> 
 
 
 _ALIASES = {
-    "default": "all-mpnet-base-v2",
     "mpnet": "all-mpnet-base-v2",
     "sentence-transformers/all-mpnet-base-v2": "all-mpnet-base-v2",
     "minilm": "all-minilm-l6-v2",
@@ -151,6 +169,8 @@ _ALIASES = {
 }
 
 
-def _canonical(name: str) -> str:
+def _canonical(name: str, role: str) -> str:
     n = str(name).strip().lower()
+    if n in ("", "default"):
+        n = MODEL_DEFAULTS[role].lower()
     return _ALIASES.get(n, n)

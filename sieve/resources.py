@@ -1,9 +1,15 @@
 """Lazy access to models and per-document caches for defenses, attacks and the runner.
 
-A :class:`Resources` is handed to every ``Defense.inspect`` call. Each model role is loaded on
-first use (once per process) from :mod:`sieve.models`, unless the caller injected one (tests pass
-tiny in-process models). Query-independent per-document work goes through the
-:class:`~sieve.index.ArtifactCache` keyed by content hash + model id (DESIGN.md).
+A :class:`Resources` is handed to every ``Defense.inspect`` call. Each model role
+(:attr:`Resources.ROLES`) is loaded on first use (once per process) from :mod:`sieve.models`, unless
+the caller injected one (tests pass tiny in-process models). Query-independent per-document work
+goes through the :class:`~sieve.index.ArtifactCache` keyed by content hash + model id
+(docs/design.md). The cache keys of the LM trace and the token states carry the token limits of
+:mod:`sieve.constants`.
+
+Import direction: this module imports :mod:`sieve.models` and :mod:`sieve.index.cache`; neither
+imports it back (:func:`sieve.index.open_index` / :func:`sieve.index.precompute_artifacts` take a
+``Resources`` structurally, and tiny test resources live in :mod:`sieve.testing_models`).
 """
 from __future__ import annotations
 
@@ -11,43 +17,56 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sieve.config import SieveConfig
+from sieve.config import MODEL_ROLES, SieveConfig
+from sieve.constants import LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
 
 if TYPE_CHECKING:
-    from sieve.index import ArtifactCache
+    from sieve.index.cache import ArtifactCache
     from sieve.models.protocols import CausalLM, Embedder, LLMClient, TokenEncoder
 
 _UNSET: Any = object()
 
 
 class Resources:
+    """The model roles of one configuration, loaded lazily, plus the artifact cache.
+
+    Models may be injected by role name: ``retriever``, ``judge``, ``causal_lm`` (``lm`` is the
+    older keyword for the same role, kept for compatibility), ``token_encoder``, ``llm``.
+    """
+
+    ROLES: tuple[str, ...] = MODEL_ROLES
+    """The canonical role names: ("retriever", "judge", "causal_lm", "token_encoder", "llm")."""
+
     def __init__(
         self,
         config: SieveConfig | None = None,
         *,
         retriever: "Embedder | None" = None,
         judge: "Embedder | None" = None,
-        lm: "CausalLM | None" = None,
+        causal_lm: "CausalLM | None" = None,
         token_encoder: "TokenEncoder | None" = None,
         llm: "LLMClient | None" = _UNSET,
         cache: "ArtifactCache | None" = None,
+        lm: "CausalLM | None" = None,
     ) -> None:
+        if causal_lm is not None and lm is not None and causal_lm is not lm:
+            raise ValueError("give the causal LM once: causal_lm= (lm= is its older alias)")
         self.config = config or SieveConfig().validate()
         self._retriever = retriever
         self._judge = judge
-        self._lm = lm
+        self._lm = causal_lm if causal_lm is not None else lm
         self._token_encoder = token_encoder
         self._llm = llm
         self._cache = cache
         # a persistent cache is keyed by model id, which identifies weights only for models
         # resolved from the config; injected (test) models get an in-memory cache by default
-        self._models_injected = any(m is not None for m in (retriever, judge, lm, token_encoder))
+        self._models_injected = any(m is not None for m in (retriever, judge, self._lm, token_encoder))
 
     # -- models (lazy) ---------------------------------------------------------------------------
     @property
     def retriever(self) -> "Embedder":
         if self._retriever is None:
-            from sieve.models import load_embedder
+            from sieve.models.loaders import load_embedder
 
             self._retriever = load_embedder(self.config.models.retriever, self.config)
         return self._retriever
@@ -55,23 +74,29 @@ class Resources:
     @property
     def judge(self) -> "Embedder":
         if self._judge is None:
-            from sieve.models import load_embedder
+            from sieve.models.loaders import load_embedder
 
-            self._judge = load_embedder(self.config.models.judge, self.config)
+            self._judge = load_embedder(self.config.models.judge, self.config, role="judge")
         return self._judge
 
     @property
-    def lm(self) -> "CausalLM":
+    def causal_lm(self) -> "CausalLM":
+        """The causal LM (RSQ surprisal E_p, perplexity filter)."""
         if self._lm is None:
-            from sieve.models import load_causal_lm
+            from sieve.models.loaders import load_causal_lm
 
             self._lm = load_causal_lm(self.config.models.causal_lm, self.config)
         return self._lm
 
     @property
+    def lm(self) -> "CausalLM":
+        """Alias of :attr:`causal_lm` (the same object), kept for compatibility."""
+        return self.causal_lm
+
+    @property
     def token_encoder(self) -> "TokenEncoder":
         if self._token_encoder is None:
-            from sieve.models import load_token_encoder
+            from sieve.models.loaders import load_token_encoder
 
             self._token_encoder = load_token_encoder(
                 self.config.models.token_encoder, self.config.models.token_encoder_layer, self.config
@@ -85,7 +110,7 @@ class Resources:
             if not self.config.llm.enabled:
                 self._llm = None
             else:
-                from sieve.models import load_llm
+                from sieve.models.loaders import load_llm
 
                 self._llm = load_llm(self.config)
         return self._llm
@@ -93,7 +118,7 @@ class Resources:
     @property
     def cache(self) -> "ArtifactCache":
         if self._cache is None:
-            from sieve.index import ArtifactCache
+            from sieve.index.cache import ArtifactCache
 
             self._cache = (ArtifactCache.in_memory() if self._models_injected
                            else ArtifactCache.default(self.config))
@@ -108,15 +133,17 @@ class Resources:
         )
         return np.vstack(arrs).astype(np.float32) if arrs else np.zeros((0, judge.dim), np.float32)
 
-    def lm_trace(self, text: str, max_tokens: int = 512) -> np.ndarray:
-        """Per-token NLL trace of the causal LM (RSQ E_p, perplexity filter), cached per document."""
-        lm = self.lm
+    def lm_trace(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> np.ndarray:
+        """Per-token NLL trace of the causal LM (RSQ E_p, perplexity filter), cached per document
+        under kind ``nll@<max_tokens>``."""
+        lm = self.causal_lm
         return self.cache.get_or_compute(
             f"nll@{max_tokens}", lm.model_id, [text], lambda miss: [lm.token_nll(t, max_tokens)[1] for t in miss]
         )[0]
 
-    def token_states(self, text: str, max_tokens: int = 256) -> np.ndarray:
-        """Token hidden states for BERTScore (RSQ E_s), cached per document."""
+    def token_states(self, text: str, max_tokens: int = TOKEN_STATE_TOKENS) -> np.ndarray:
+        """Token hidden states for BERTScore (RSQ E_s), cached per document under kind
+        ``states@<max_tokens>``."""
         enc = self.token_encoder
         return self.cache.get_or_compute(
             f"states@{max_tokens}", enc.model_id, [text], lambda miss: [enc.token_states(t, max_tokens) for t in miss]

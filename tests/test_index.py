@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sieve.config import SieveConfig
+from sieve.constants import LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
 from sieve.corpus import Dataset
 from sieve.index import (ArtifactCache, VectorIndex, export_index_artifacts, open_index, precompute_artifacts,
                          workspace_dir)
@@ -291,7 +292,7 @@ def test_open_index_and_precompute(tmp_path, emb, tiny_judge, tiny_lm, tiny_toke
     root = tmp_path / "demo"
     root.mkdir()
     ds = Dataset(path=root, name="demo", documents=corpus())
-    res = Resources(SieveConfig(cache_dir=tmp_path / "cache"), retriever=emb, judge=tiny_judge, lm=tiny_lm,
+    res = Resources(SieveConfig(cache_dir=tmp_path / "cache"), retriever=emb, judge=tiny_judge, causal_lm=tiny_lm,
                     token_encoder=tiny_token_encoder, llm=None)
     idx = open_index(ds, res, progress=False)
     assert idx.workspace == workspace_dir(ds, emb.model_id, res.config)
@@ -300,8 +301,8 @@ def test_open_index_and_precompute(tmp_path, emb, tiny_judge, tiny_lm, tiny_toke
     assert done == {"judge": 8, "lm": 8, "states": 8, "retriever": 8}
     kinds = {(s.kind, s.model_id): s.rows for s in res.cache.stats()}
     assert kinds[("embedding", tiny_judge.model_id)] == 8
-    assert kinds[("nll@512", tiny_lm.model_id)] == 8
-    assert kinds[("states@256", tiny_token_encoder.model_id)] == 8
+    assert kinds[(f"nll@{LM_TRACE_TOKENS}", tiny_lm.model_id)] == 8 and LM_TRACE_TOKENS == 512
+    assert kinds[(f"states@{TOKEN_STATE_TOKENS}", tiny_token_encoder.model_id)] == 8 and TOKEN_STATE_TOKENS == 256
 
     called: list[str] = []
     orig = tiny_judge.encode
@@ -326,3 +327,23 @@ def test_real_retriever_ranks_canberra_above_sydney(tmp_path, real_retriever):
     assert ids[0] == "canberra"
     assert ids.index("canberra") < ids.index("sydney")
     assert idx.manifest["dim"] == 768
+
+
+def test_index_corpus_and_models_never_import_resources():
+    """Every import statement (module level, in functions, under TYPE_CHECKING) counts: the
+    lower layers must not import sieve.resources, which imports them (no cycle)."""
+    import ast
+
+    import sieve
+
+    root = Path(sieve.__file__).parent
+    offenders = []
+    for pkg in ("index", "corpus", "models"):
+        for path in (root / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                offenders += [f"{path.relative_to(root)}:{node.lineno}" for n in names
+                              if n == "sieve.resources" or n.startswith("sieve.resources.")
+                              or n == "sieve.testing_models"]
+    assert offenders == []

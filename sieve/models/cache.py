@@ -187,7 +187,7 @@ def extract_split_zip(parts: list[Path], dest: Path, *, progress: bool = True) -
 def dequantise_gguf(gguf_dir: Path, gguf_name: str, dest: Path, *, save_dtype: str = "float32") -> dict:
     """Load a GGUF through transformers (dequantising to torch), save tokenizer + safetensors into ``dest``.
 
-    MODELS.md workaround: ``save_pretrained`` after a GGUF load raises "quantized … not
+    docs/models.md workaround: ``save_pretrained`` after a GGUF load raises "quantized … not
     serializable" unless ``model.hf_quantizer`` and ``config.quantization_config`` are cleared.
     """
     import torch

@@ -1,7 +1,7 @@
 """Causal LM for token surprisal (RSQ E_p, perplexity filter) and the local likelihood verifier.
 
 Weights are stored in the cache as safetensors (possibly bf16 to halve disk); computation is
-always float32 on CPU (ALGORITHMS.md §3.1: "fp32 on CPU").
+always float32 on CPU (docs/algorithms.md §3.1: "fp32 on CPU").
 """
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from sieve.constants import LM_TRACE_TOKENS
 
 MAX_CONTEXT_TOKENS = 2048   # answer_nll keeps the last tokens of long contexts
 
@@ -37,17 +39,17 @@ class HFCausalLM:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return ids[:max_tokens] if max_tokens else ids
 
-    def token_nll(self, text: str, max_tokens: int = 512) -> tuple[list[str], np.ndarray]:
-        """NLL (nats) of tokens 2..L of ``text`` given their prefix; no BOS, no padding (§3.4).
+    def token_nll(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> tuple[list[str], np.ndarray]:
+        """NLL (nats) of tokens 2..L of ``text`` given their prefix; no BOS, no padding (docs/algorithms.md §3.4).
 
-        Truncates to ``max_tokens`` (512 in RSQ). Fewer than 2 tokens → empty trace.
+        Truncates to ``max_tokens`` (:data:`sieve.constants.LM_TRACE_TOKENS` in RSQ). Fewer than 2 tokens → empty trace.
         """
         return self.token_nll_many([text], max_tokens=max_tokens, batch_size=1)[0]
 
-    def token_nll_many(self, texts: Sequence[str], max_tokens: int = 512,
+    def token_nll_many(self, texts: Sequence[str], max_tokens: int = LM_TRACE_TOKENS,
                        batch_size: int = 8) -> list[tuple[list[str], np.ndarray]]:
         """Batched :meth:`token_nll` for indexing: length-sorted batches with right padding and
-        an attention mask, so every text gets exactly its unpadded trace (§3.4 advice)."""
+        an attention mask, so every text gets exactly its unpadded trace (docs/algorithms.md §3.4)."""
         import torch
 
         encoded = [self._ids(t, max_tokens) for t in texts]
@@ -78,7 +80,7 @@ class HFCausalLM:
         return [r if r is not None else ([], np.zeros(0, np.float32)) for r in results]
 
     def answer_nll(self, answer: str, context: str) -> float:
-        """Mean NLL (nats/token) of ``answer``'s tokens following ``context`` (MODELS.md likelihood
+        """Mean NLL (nats/token) of ``answer``'s tokens following ``context`` (docs/models.md likelihood
         verifier). Answer and context are tokenised separately and concatenated; an empty answer
         scores 0.0. Contexts longer than 2048 tokens keep their last tokens."""
         import torch

@@ -23,7 +23,7 @@ class SentenceTransformerEmbedder:
     """A sentence-transformers model (mean pooling) loaded from a local directory.
 
     White-box: ``tokenizer``, ``hf_model`` (the PyTorch ``AutoModel``) and ``pooling`` ("mean")
-    are exposed for gradient attacks (HotFlip, ALGORITHMS.md §7.2). Inputs are truncated to
+    are exposed for gradient attacks (HotFlip, docs/algorithms.md §7.2). Inputs are truncated to
     ``max_tokens`` (the model's ``max_seq_length``: mpnet 384, MiniLM 256). No query/passage
     prefixes (the all-* models use none).
     """

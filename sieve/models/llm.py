@@ -1,9 +1,9 @@
 """Generator / TRIS L3 verifier clients (protocol :class:`~sieve.models.protocols.LLMClient`).
 
 * :class:`OpenAIChatClient` — any OpenAI-compatible ``/v1/chat/completions`` endpoint (prompted
-  L3 with a JSON verdict, DESIGN.md). No likelihoods: ``supports_nll`` is False.
+  L3 with a JSON verdict, docs/design.md). No likelihoods: ``supports_nll`` is False.
 * :class:`LocalLLM` — the packaged local model (Qwen2.5-Coder-0.5B-Instruct by default), greedy;
-  ``nll`` is the likelihood verifier of MODELS.md (mean answer NLL given context).
+  ``nll`` is the likelihood verifier of docs/models.md (mean answer NLL given context).
 
 The API key is only ever sent in the Authorization header; it never appears in errors or reprs.
 """

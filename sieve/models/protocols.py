@@ -1,7 +1,7 @@
 """Interfaces of the model roles. Implementations live beside this file; tests may pass tiny
 in-process models that satisfy the same protocol.
 
-Roles (DESIGN.md "Models"): retriever / judge = :class:`Embedder`; causal LM for surprisal and
+Roles (docs/design.md "Models"): retriever / judge = :class:`Embedder`; causal LM for surprisal and
 perplexity = :class:`CausalLM`; BERTScore token encoder = :class:`TokenEncoder`; generator and
 L3 verifier = :class:`LLMClient`.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from sieve.constants import LM_TRACE_TOKENS
 
 
 @runtime_checkable
@@ -28,7 +30,7 @@ class Embedder(Protocol):
 class CausalLM(Protocol):
     model_id: str
 
-    def token_nll(self, text: str, max_tokens: int = 512) -> tuple[list[str], np.ndarray]:
+    def token_nll(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> tuple[list[str], np.ndarray]:
         """Per-token NLL in nats for tokens 2..L of ``text`` (no BOS), and those tokens' strings."""
         ...
 

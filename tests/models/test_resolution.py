@@ -63,6 +63,56 @@ def test_short_names_and_aliases(given, role, expected):
     assert res.spec is not None and res.spec.name == expected and res.origin == "package"
 
 
+def test_one_default_per_role():
+    """The config defaults, what "default" resolves to, and the loader defaults are one table."""
+    import inspect
+
+    from sieve.config import MODEL_DEFAULTS, MODEL_ROLES, TOKEN_ENCODER_LAYER, LLMConfig, ModelsConfig
+    from sieve.resources import Resources
+
+    assert tuple(MODEL_DEFAULTS) == MODEL_ROLES == Resources.ROLES
+    m, llm = ModelsConfig(), LLMConfig()
+    configured = {"retriever": m.retriever, "judge": m.judge, "causal_lm": m.causal_lm,
+                  "token_encoder": m.token_encoder, "llm": llm.local_model}
+    assert configured == MODEL_DEFAULTS
+    assert m.token_encoder_layer == TOKEN_ENCODER_LAYER == 4
+    for role, name in MODEL_DEFAULTS.items():
+        assert models.resolve("default", role).spec.name == name
+    enc = inspect.signature(models.load_token_encoder).parameters
+    assert (enc["name"].default, enc["layer"].default) == (m.token_encoder, m.token_encoder_layer)
+    assert inspect.signature(models.load_causal_lm).parameters["name"].default == m.causal_lm
+
+
+def test_default_judge_name_is_the_judge_default_not_the_retriever():
+    cfg = SieveConfig()
+    cfg.models.judge = "default"
+    assert cfg.validate() is cfg            # MiniLM judge vs mpnet retriever: independent spaces
+    cfg.models.retriever = "all-MiniLM-L6-v2"
+    with pytest.raises(Exception, match="must differ"):
+        cfg.validate()
+
+
+def test_resources_roles_and_lm_alias(tiny_lm):
+    from sieve.resources import Resources
+
+    res = Resources(causal_lm=tiny_lm, llm=None)
+    assert res.causal_lm is tiny_lm and res.lm is tiny_lm
+    old = Resources(lm=tiny_lm, llm=None)   # the older keyword still works
+    assert old.causal_lm is tiny_lm and old.lm is old.causal_lm
+    with pytest.raises(ValueError, match="once"):
+        Resources(lm=tiny_lm, causal_lm=object(), llm=None)
+
+
+def test_tiny_resources_every_role_injected():
+    from sieve.testing_models import tiny_resources
+
+    res = tiny_resources(corpus_texts=["paris is in france"])
+    for role in res.ROLES[:-1]:
+        assert getattr(res, role).model_id.startswith("tiny")
+    assert res.llm is None
+    assert res.cache.path is None           # injected models: in-memory cache
+
+
 def test_role_mismatch_is_explained():
     with pytest.raises(ModelError, match="black-box"):
         models.resolve("multilingual-e5-small", "token_encoder")
