@@ -126,32 +126,32 @@ class Defense(Params):
         return {"threshold": getattr(self, self.threshold_param, None)}
 
     def threshold_knobs(self) -> list[str]:
-        """Keys :meth:`redecide` accepts: a layer name (``Decision.layer``) or ``"threshold"``."""
+        """The keys worth offering for :meth:`redecide` (e.g. as Trade-offs sliders): ``"threshold"``
+        (the defense-wide threshold) and/or layer names (``Decision.layer``); empty when no
+        decision can be re-decided without a rerun."""
         return list(self.current_thresholds())
-
-    def _check_knobs(self, thresholds: Mapping[str, float]) -> None:
-        knobs = self.threshold_knobs()
-        bad = sorted(set(thresholds) - set(knobs))
-        if bad:
-            raise ValueError(f"{self.label}: cannot re-decide {', '.join(map(repr, bad))} without a rerun; "
-                             f"threshold knobs: {', '.join(knobs) if knobs else '(none)'}")
 
     def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
         """New decisions (copies) re-decided at ``thresholds`` from the stored decisions alone (score,
-        status, layer, evidence; no model runs). Default rule: a decision with a score whose status is
-        not in :data:`NOT_REDECIDABLE` is removed iff ``score ≥ thresholds[layer]`` (else
-        ``thresholds["threshold"]``) and its ``threshold`` is updated; other decisions are unchanged.
-        ``redecide(inspection.decisions, current_thresholds())`` gives inspect's ``removed`` flags."""
-        self._check_knobs(thresholds)
-        out = []
-        for d in decisions:
-            nd = copy_decision(d)
-            thr = thresholds.get(d.layer) if d.layer in thresholds else thresholds.get("threshold")
-            if thr is not None and d.score is not None and d.status not in NOT_REDECIDABLE:
-                nd.removed = bool(float(d.score) >= float(thr))
-                nd.threshold = float(thr)
-            out.append(nd)
-        return out
+        status, layer, evidence; no model runs).
+
+        Keys are layer names (``Decision.layer``) or ``"threshold"`` (every layer without its own
+        key); keys that match no decision are ignored. Default rule: a decision with a score whose
+        status is not in :data:`NOT_REDECIDABLE` is removed iff ``score ≥`` its threshold, and its
+        ``threshold`` field is updated; other decisions are unchanged.
+        Contract: ``redecide(inspection.decisions, current_thresholds())`` gives inspect's
+        ``removed`` flags."""
+        return [redecide_by_score(d, thresholds) for d in decisions]
+
+
+def redecide_by_score(d: Decision, thresholds: Mapping[str, float]) -> Decision:
+    """The default re-decision of one decision (see :meth:`Defense.redecide`); returns a copy."""
+    nd = copy_decision(d)
+    thr = thresholds.get(d.layer) if d.layer in thresholds else thresholds.get("threshold")
+    if thr is not None and d.score is not None and d.status not in NOT_REDECIDABLE:
+        nd.removed = bool(float(d.score) >= float(thr))
+        nd.threshold = float(thr)
+    return nd
 
 
 def copy_decision(d: Decision) -> Decision:

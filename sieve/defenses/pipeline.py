@@ -144,14 +144,16 @@ class Serial(Defense):
         return {f"{s.label}.{k}": v for s in self.stages for k, v in s.current_thresholds().items()}
 
     def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
-        """Each decision is re-decided by the stage that made it (``evidence["stage"]``) with that
-        stage's dotted knobs. A document an earlier stage no longer removes was never seen by the
-        later stages and is kept (fail-open), as for TRIS L3."""
-        self._check_knobs(thresholds)
+        """Each decision is re-decided by the stage that made it (``evidence["stage"]``) with the
+        undotted keys plus that stage's dotted keys (``"<stage>.<key>"``, which win). A document an
+        earlier stage no longer removes was never seen by the later stages and is kept (fail-open),
+        as for TRIS L3."""
+        plain = {k: v for k, v in thresholds.items() if "." not in k}
         out = []
         for d in decisions:
             label = d.evidence.get("stage")
-            sub = {k.split(".", 1)[1]: v for k, v in thresholds.items() if k.split(".", 1)[0] == label}
+            sub = {**plain, **{k.split(".", 1)[1]: v for k, v in thresholds.items()
+                               if "." in k and k.split(".", 1)[0] == label}}
             stage = next((s for s in self.stages if s.label == label), None)
             out.append(stage.redecide([d], sub)[0] if stage is not None and sub else copy_decision(d))
         return out

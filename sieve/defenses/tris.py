@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from sieve.constants import K_CTX
-from sieve.defenses.base import CONTEXT_K, Defense, copy_decision
+from sieve.defenses.base import CONTEXT_K, Defense, copy_decision, redecide_by_score
 from sieve.defenses.l3 import L3_VARIANTS, DocVerdict, L3Outcome, make_verifier, skipped_outcome
 from sieve.defenses.text import ngram_set, word_tokens
 from sieve.registry import DEFENSES
@@ -275,22 +275,24 @@ class TRIS(Defense):
         return {"L2": min(float(self.jaccard_threshold), float(self.ngram_threshold))}
 
     def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
-        """L2 decisions: removed iff :func:`l2_evidence_score` ≥ ``thresholds["L2"]``; L3 decisions of
-        documents L2 kept: removed iff L2 now removes them or L3 removed them (a document a raised L2
-        threshold lets through was never shown to L3 and stays kept, i.e. L3 fails open); L1 removals
-        and everything else unchanged."""
-        self._check_knobs(thresholds)
+        """With ``thresholds["L2"]``: L2 decisions are removed iff :func:`l2_evidence_score` ≥ it; L3
+        decisions of documents L2 kept are removed iff L2 now removes them or L3 removed them (a
+        document a raised L2 threshold lets through was never shown to L3 and stays kept, i.e. L3 fails
+        open); L1 removals stay. Every other decision/key follows the base rule
+        (:func:`~sieve.defenses.base.redecide_by_score`)."""
         out = []
         for d in decisions:
-            nd = copy_decision(d)
             ev_l2 = d.evidence.get("L2")
             if "L2" in thresholds and isinstance(ev_l2, Mapping) and d.layer in ("L2", "L3"):
+                nd = copy_decision(d)
                 l2 = l2_evidence_score(ev_l2) >= float(thresholds["L2"])
                 if d.layer == "L2":
                     nd.removed, nd.threshold = bool(l2), float(thresholds["L2"])
                 else:
                     nd.removed = bool(l2 or d.removed)
-            out.append(nd)
+                out.append(nd)
+            else:
+                out.append(redecide_by_score(d, thresholds))
         return out
 
     def _run(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX

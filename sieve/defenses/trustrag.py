@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import numpy as np
 
 from sieve.constants import K_CTX
-from sieve.defenses.base import Defense, context_of
+from sieve.defenses.base import Defense, context_of, copy_decision
 from sieve.defenses.text import rouge_l, word_tokens
 from sieve.models.errors import LLMError
 from sieve.registry import DEFENSES
@@ -153,6 +153,10 @@ class TrustRAG(Defense):
 
     def current_thresholds(self) -> dict[str, float | None]:
         return {}   # removal follows the cluster rule, not score ≥ threshold: rerun to change it
+
+    def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
+        """Copies, unchanged: the cluster rule cannot be re-applied from stored scores (no knobs)."""
+        return [copy_decision(d) for d in decisions]
 
     def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
         t = time.perf_counter()

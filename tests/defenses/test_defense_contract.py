@@ -158,8 +158,11 @@ def test_redecide_at_current_thresholds_reproduces_inspect(spec):
     assert [x.removed for x in again] == [x.removed for x in ins.decisions]
     assert [x.doc_id for x in again] == [x.doc_id for x in ins.decisions]
     assert all(x is not y for x, y in zip(again, ins.decisions)), "redecide returns copies"
-    with pytest.raises(ValueError, match="bogus_knob"):
-        d.redecide(ins.decisions, {"bogus_knob": 1.0})
+    untouched = d.redecide(ins.decisions, {"no_such_layer": 0.0})   # keys that match nothing are ignored
+    assert [x.removed for x in untouched] == [x.removed for x in ins.decisions]
+    for knob in d.threshold_knobs():   # raising a threshold never removes more
+        loose = d.redecide(ins.decisions, {knob: math.inf})
+        assert all(x.removed <= y.removed for x, y in zip(loose, ins.decisions)), knob
 
 
 @pytest.mark.parametrize("spec", SPECS)

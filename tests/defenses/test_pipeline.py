@@ -112,5 +112,7 @@ def test_serial_redecide_uses_the_stage_knobs():
     loose = s.redecide(ins.decisions, {"tris_l2.L2": float("inf"), "perplexity.threshold": 1e9})
     assert not any(d.removed for d in loose[1:])
     assert loose[0].removed   # repeat_trigger removes at any L2 threshold
-    with pytest.raises(ValueError, match="threshold knobs"):
-        s.redecide(ins.decisions, {"threshold": 1.0})
+    # an undotted key reaches every stage: "perplexity" is the perplexity stage's layer name
+    only_ppl = s.redecide(ins.decisions, {"perplexity": 1e9})
+    assert [d.layer for d in only_ppl] == ["L2", "L2", "perplexity", "perplexity"]
+    assert [d.removed for d in only_ppl] == [True, True, False, False]

@@ -256,5 +256,21 @@ def test_redecide_l2_uses_stored_overlaps():
     strict = d.redecide(ins.decisions, {"L2": 0.0})
     assert all(x.removed for x in strict) and strict[1].threshold == 0.0
     assert [x.removed for x in ins.decisions][1:] == [False] * 8           # the input is unchanged
-    with pytest.raises(ValueError, match="threshold knobs: L2"):
-        d.redecide(ins.decisions, {"threshold": 0.5})
+    assert [x.removed for x in d.redecide(ins.decisions, {"bogus": 0.5})] == [x.removed for x in ins.decisions]
+
+
+def test_redecide_matches_the_stored_rule_of_tradeoffs():
+    """L1 removals stay; an L3 decision is re-tested against L2 (removed if either removes)."""
+    from sieve.types import Decision
+
+    l2_ev = {"jaccard": 0.5, "bigram_overlap": 0.6, "trigram_overlap": 0.1, "repeat_trigger": False}
+    decs = [Decision("a", True, "scored", 1.0, 0.5, {"L1": {}}, layer="L1"),
+            Decision("b", False, "scored", 0.6, 0.8, {"L2": l2_ev}, layer="L2"),
+            Decision("c", False, "ran", 0.2, 1.0, {"L2": l2_ev, "L3": {}}, layer="L3"),
+            Decision("d", True, "ran", 2.0, 1.0, {"L2": l2_ev, "L3": {}}, layer="L3"),
+            Decision("e", False, "skipped", None, None, {"L2": {**l2_ev, "repeat_trigger": True}}, layer="L2")]
+    out = TRIS().redecide(decs, {"L2": 0.55})
+    assert [x.removed for x in out] == [True, True, True, True, True]
+    out = TRIS().redecide(decs, {"L2": 0.9})
+    assert [x.removed for x in out] == [True, False, False, True, True]
+    assert out[1].threshold == 0.9 and decs[1].threshold == 0.8
