@@ -230,3 +230,14 @@ def test_tris_in_a_serial_spec_verifies_only_the_context():
     assert calls["tris_full", 3] == calls["tris_full+perplexity", 3] == 1 + 3
     assert calls["tris_full", 5] == calls["tris_full+perplexity", 5] == 1 + 5
     assert calls["tris_full", None] == calls["tris_full+perplexity", None] == 1 + 12
+
+
+def test_decision_round_trip_through_records():
+    from sieve.types import Decision, DefenseResult
+
+    d = Decision("d1", True, "scored", 1.5, 1.0, {"L2": {"jaccard": 0.9}}, "why", "L2")
+    row = {**d.to_dict(), "stage": "extra key from an older record"}
+    back = Decision.from_dict(row)
+    assert back == d and back.evidence is not d.evidence
+    assert Decision.from_dict({"doc_id": "x", "removed": 0, "status": "skipped"}) == Decision("x", False, "skipped")
+    assert DefenseResult("none", [d], [], answer="Canberra").to_dict()["answer"] == "Canberra"
