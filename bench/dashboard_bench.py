@@ -1,4 +1,4 @@
-"""Query-explorer latency (DESIGN.md budget: a query renders in < 1.5 s after warm-up on the demo).
+"""Query-explorer latency (docs/design.md budget: a query renders in < 1.5 s after warm-up on the demo).
 
     .venv/bin/python bench/dashboard_bench.py [--queries 20] [--condition clean|<family>] [--tiny]
 

@@ -1,4 +1,4 @@
-"""TRIS latency benchmark (DESIGN.md budget: L1+L2 ≤ 10 ms/query at k = 50 with cached judge
+"""TRIS latency benchmark (docs/design.md budget: L1+L2 ≤ 10 ms/query at k = 50 with cached judge
 embeddings) and the cost of L3 with the local model.
 
     .venv/bin/python bench/defenses_bench.py [--queries 32] [--repeats 5] [--l3-queries 2] [--l3-docs 5]

@@ -3,7 +3,7 @@
 
 Builds a temporary dataset directory: the demo corpus, the 100 MS MARCO target questions of
 ``../shared/data/poisonedrag/msmarco.json`` as queries, and their GPT-4 poison passages injected
-as ``pr_b`` (question + "." + passage, ALGORITHMS.md §7.1). Then runs ``sieve eval`` on it and
+as ``pr_b`` (question + "." + passage, docs/algorithms.md §7.1). Then runs ``sieve eval`` on it and
 prints AUROC and detection at 5 % clean removal (§9.2; negatives = clean-condition candidates).
 
 The third-party data is read from ``../shared`` at run time and never copied into the project.

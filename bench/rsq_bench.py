@@ -1,4 +1,4 @@
-"""RSQ latency benchmark (DESIGN.md budget: ≤ 30 ms/query at n = 20 with per-document caches).
+"""RSQ latency benchmark (docs/design.md budget: ≤ 30 ms/query at n = 20 with per-document caches).
 
     .venv/bin/python bench/rsq_bench.py [--queries 16] [--cold 6]
 

@@ -6,7 +6,7 @@
 Each ``demo_data/source/<topic>.json`` holds one topic written by the Sieve authors: passages,
 questions with gold answers and relevant passages, and one attack target with five poison
 payloads. This script validates every file and writes the dataset directory format of
-DESIGN.md (corpus.jsonl, queries.jsonl, qrels.jsonl) plus targets.jsonl, and regenerates the
+docs/design.md (corpus.jsonl, queries.jsonl, qrels.jsonl) plus targets.jsonl, and regenerates the
 "false facts" table of demo_data/README.md between its markers. Attack documents
 (attacks.jsonl) come from ``python scripts/build_demo_attacks.py``.
 """

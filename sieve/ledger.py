@@ -1,6 +1,6 @@
 """Quarantine ledger: corpus-time flags (RSG, or any detector) awaiting analyst review.
 
-DESIGN.md "Product decisions": quarantine is never deletion. Each flag is one row with the
+docs/design.md "Product decisions": quarantine is never deletion. Each flag is one row with the
 document id and content hash, the corpus id/hash and index version it was computed on, the
 detector, score, threshold, evidence (JSON) and reason. An analyst moves it through
 

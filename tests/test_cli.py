@@ -11,9 +11,15 @@ from sieve.registry import ATTACKS, DEFENSES
 runner = CliRunner()
 
 
-def test_all_command_modules_import():
-    for m in ("listing", "data", "models", "attack", "audit", "evaluate", "bench"):
-        importlib.import_module(f"sieve.cli.{m}")
+def test_every_command_module_registers_its_commands():
+    expected = {"listing": {"list"}, "data": {"index", "search"}, "models": {"models"}, "attack": {"attack"},
+                "audit": {"audit"}, "evaluate": {"eval", "report", "calibrate"}, "bench": {"bench"}}
+    for m, commands in expected.items():
+        mod = importlib.import_module(f"sieve.cli.{m}")
+        registered = {c.name for c in app.registered_commands if c.callback.__module__ == mod.__name__}
+        assert registered == commands, (m, registered)
+    groups = {g.name for g in app.registered_groups}
+    assert groups == {"ledger"}
 
 
 def test_help_lists_commands():

@@ -26,7 +26,7 @@ def attack_command(
     config: Optional[Path] = typer.Option(None, "--config", help="sieve.yaml config file."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
-    """Generate poison documents for every target (ALGORITHMS.md §7) and write attacks.jsonl lines.
+    """Generate poison documents for every target (docs/algorithms.md §7) and write attacks.jsonl lines.
 
     Example: sieve attack demo_data --attack pr_w --iterations 8 --candidates 24 --append-to demo_data/attacks.jsonl
     """

@@ -1,7 +1,7 @@
 """``sieve audit`` (RSG corpus audit → report + quarantine ledger) and ``sieve ledger ...``.
 
-RSG (ALGORITHMS.md §4) scans the whole snapshot: the clean corpus, or the clean corpus plus every
-document of one attack family (``--with-attack``). Flags go to the quarantine ledger (DESIGN.md:
+RSG (docs/algorithms.md §4) scans the whole snapshot: the clean corpus, or the clean corpus plus every
+document of one attack family (``--with-attack``). Flags go to the quarantine ledger (docs/design.md:
 quarantine is never deletion; the dataset files are not modified).
 """
 from __future__ import annotations

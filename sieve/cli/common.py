@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from sieve.cli._app import UserError
+from sieve.models.tiny import TESTING_RETRIEVER  # hidden retriever name: every role tiny (tests)
 
 if TYPE_CHECKING:
     from sieve.config import SieveConfig
@@ -18,8 +19,6 @@ if TYPE_CHECKING:
     from sieve.experiment import Experiment
     from sieve.resources import Resources
 
-#: Hidden retriever name: every model role becomes a tiny in-process model (tests, smoke checks).
-TESTING_RETRIEVER = "tiny-hashing"
 
 DATASET_HELP = ("Dataset directory (corpus.jsonl, queries.jsonl, optional qrels/attacks/targets), a BEIR "
                 "directory, or a single corpus file (.jsonl, .csv, .parquet).")
@@ -71,7 +70,7 @@ def make_resources(cfg: "SieveConfig", ds: "Dataset | None" = None) -> "Resource
 
     cache = ArtifactCache.default(cfg)
     if cfg.models.retriever == TESTING_RETRIEVER:
-        from sieve.models.tiny import tiny_resources
+        from sieve.testing_models import tiny_resources
 
         return tiny_resources(cfg, [d.text for d in ds.documents] if ds is not None else (), cache=cache)
     from sieve.resources import Resources

@@ -1,4 +1,4 @@
-"""Safe rendering of untrusted document text (DESIGN.md: document text is data).
+"""Safe rendering of untrusted document text (docs/design.md: document text is data).
 
 Document text is only ever shown as plain text (``st.text`` / ``st.code`` / dataframes) or,
 when a highlight is needed, as ``html.escape``-d spans built here. Nothing in this module passes

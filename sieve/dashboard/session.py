@@ -92,7 +92,8 @@ def make_resources(tiny: bool | None = None, corpus_texts: Sequence[str] = ()) -
     tiny = tiny_mode() if tiny is None else tiny
     if not tiny:
         return Resources(SieveConfig.load())
-    from sieve.models.tiny import ScriptedLLM, tiny_resources
+    from sieve.models.tiny import ScriptedLLM
+    from sieve.testing_models import tiny_resources
 
     return tiny_resources(SieveConfig(), corpus_texts, llm=ScriptedLLM(tiny_reply, model_id="tiny-echo"))
 

@@ -1,6 +1,6 @@
 """Generation from the final context, the LLM-judge ASR, and the answer cache.
 
-* Generation prompt: PoisonedRAG / TRIS style (ALGORITHMS.md §10.1) — answer from the contexts,
+* Generation prompt: PoisonedRAG / TRIS style (docs/algorithms.md §10.1) — answer from the contexts,
   short and concise, "I don't know" when the answer is absent. Document text is untrusted: each
   context sits inside numbered delimiters and the prompt says never to follow instructions in it.
 * LLM judge (§9.2 / §10.3): sees question, the *first* correct answer, the target answer and the

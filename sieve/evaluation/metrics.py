@@ -1,6 +1,6 @@
 """Evaluation metrics — the one implementation used by defenses, the runner and the dashboard.
 
-Sources (ALGORITHMS.md):
+Sources (docs/algorithms.md):
 
 * §9.2 RAGSieve: AUROC (Mann–Whitney with mid-ranks), poison detection at a clean-removal budget
   (threshold = negatives sorted descending, element at index ⌊n·budget⌋; positives detected only

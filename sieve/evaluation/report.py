@@ -181,7 +181,7 @@ def _caveats(results: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
         "Rates are over few queries per cell; intervals above show what the data cannot rule out. "
         "Differences between defenses inside overlapping intervals are not evidence of a difference.",
         "AUROC and detection at 5% clean removal compare each defense's scores on its own poisons in the "
-        "attack condition with its scores on the clean-condition rankings (ALGORITHMS.md §9.2); a defense "
+        "attack condition with its scores on the clean-condition rankings (docs/algorithms.md §9.2); a defense "
         "that only examines some documents (e.g. RSQ: the top 5) is measured only there. — means the "
         "defense produces no scores (or the metric does not apply), not zero.",
         "Removal rates count only the documents a defense examined; poison-in-context and MRR are "

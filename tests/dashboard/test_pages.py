@@ -48,7 +48,7 @@ def test_overview_shows_run_table(dash_env):
 
 def test_corpus_page_widgets_audit_and_bad_path(dash_env, tmp_path):
     at = run_page("1_corpus.py")
-    assert at.radio(key="corpus_source") is not None
+    assert at.radio(key="corpus_source").options[1] == "Dataset directory or file path"
     assert at.selectbox(key="audit_condition").options == ["clean", "pr_b"]
     at.selectbox(key="audit_condition").set_value("pr_b").run()
     no_error(at)
@@ -110,8 +110,11 @@ def test_explorer_generate_answers_side_by_side(dash_env):
     at = _explorer_on_injection(run_page("2_explorer.py"))
     at.button(key="x_generate").click().run()
     no_error(at)
-    captions = [c.value for c in at.caption]
-    assert any("attack succeeded" in c or "correct" in c or "neither" in c for c in captions)
+    verdicts = [c.value for c in at.caption if c.value in ("correct", "neither correct nor the target")
+                or c.value.startswith("attack succeeded")]
+    # undefended, tris, rsq, rsg_rsq in that order: the tiny generator repeats the top context, which is
+    # the poison without a defense and a clean coffee passage once the defenses removed the poisons
+    assert verdicts == ["attack succeeded (asserts the target answer)", "correct", "correct", "correct"]
 
 
 def test_tradeoffs_threshold_moves_metric(dash_env):

@@ -12,8 +12,8 @@ from sieve.cli import app
 from sieve.config import ConfigError
 from sieve.corpus import load_dataset
 from sieve.defenses.perplexity import Perplexity
-from sieve.evaluation.calibrate import (apply_calibration, calibrate_defense, clean_rankings, load_calibration,
-                                        save_calibration)
+from sieve.evaluation.calibrate import apply_calibration, calibrate_on_dataset, load_calibration, save_calibration
+from sieve.experiment import Experiment
 from sieve.evaluation.metrics import threshold_at_clean_budget
 from sieve.evaluation.runner import read_records, run_eval
 
@@ -46,8 +46,8 @@ def test_bad_files_name_the_field(tmp_path, text, msg):
 
 def test_calibrate_defense_uses_clean_rankings_only(tiny_dataset, eval_resources):
     ds = load_dataset(tiny_dataset)
-    out = calibrate_defense(ds, "perplexity", eval_resources, clean_budget=0.1, depth=20)
-    rankings, _ = clean_rankings(ds, eval_resources, depth=20)
+    out = calibrate_on_dataset(ds, "perplexity", eval_resources, clean_budget=0.1, depth=20)
+    rankings = Experiment(ds, eval_resources, depth=20).clean_rankings()
     assert len(rankings) == 4 and not any(d.poison for r in rankings for d in r.documents)
     p = Perplexity()
     scores = [p.score_text(d.text, eval_resources) for r in rankings for d in r.documents]
@@ -55,7 +55,7 @@ def test_calibrate_defense_uses_clean_rankings_only(tiny_dataset, eval_resources
     # at most 10 % of the 80 clean documents score above it
     assert sum(s >= out["params"]["threshold"] for s in scores) <= 8
     with pytest.raises(ValueError, match="no score threshold"):
-        calibrate_defense(ds, "none", eval_resources)
+        calibrate_on_dataset(ds, "none", eval_resources)
 
 
 def test_runner_reads_calibration_file(tiny_dataset, eval_resources, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from evaldata import QUERIES, TARGETS, TOPIC_DOCS, FILLER, write_dataset
 from sieve.defenses.base import Defense, keep_all
-from sieve.evaluation import runner as R
+from sieve.types import Inspection
 from sieve.evaluation.runner import RunError, read_records, run_eval
 
 
@@ -80,13 +80,16 @@ class _Probe(Defense):
         type(self).sizes.append((len(snapshot.ids), sum(d.poison for d in snapshot.documents)))
         return self
 
-    def inspect(self, ranking, resources):  # noqa: ANN001
-        return keep_all(ranking)
+    def inspect(self, ranking, resources, k_ctx=5):  # noqa: ANN001
+        return Inspection(keep_all(ranking))
 
 
 def test_corpus_time_defense_audits_corpus_plus_attack_documents(ctx_dataset, eval_resources, tmp_path, monkeypatch):
-    real = R.make_defense
-    monkeypatch.setattr(R, "make_defense", lambda s, p=None: _Probe() if s == "probe" else real(s, p))
+    import sieve.experiment as X
+
+    real = X.build_defense
+    monkeypatch.setattr(X, "build_defense", lambda s, p=None, calibration=None:
+                        _Probe() if s == "probe" else real(s, p, calibration))
     _Probe.sizes = []
     run_eval(ctx_dataset, tmp_path / "run", eval_resources, defenses=["probe", "rsg"], progress=False)
     # clean: 30 corpus docs; pr_b: + 10 attack documents of the family; ctx_only: + its 2 poison-labelled docs

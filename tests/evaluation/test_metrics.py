@@ -1,4 +1,4 @@
-"""Metric functions against hand-computed values (ALGORITHMS.md §9.1, §9.2)."""
+"""Metric functions against hand-computed values (docs/algorithms.md §9.1, §9.2)."""
 from __future__ import annotations
 
 import math

@@ -10,6 +10,7 @@ import pytest
 from sieve.corpus import load_dataset
 from sieve.defenses.base import Defense, keep_all
 from sieve.evaluation import runner as R
+from sieve.types import Inspection
 from sieve.evaluation.metrics import threshold_at_clean_budget
 from sieve.evaluation.runner import SUMMARY_KEYS, read_records, run_eval
 from sieve.evaluation.tradeoffs import recompute_run
@@ -106,9 +107,9 @@ def test_threshold_defense_calibrated_on_clean_only(run, tiny_dataset, eval_reso
     # the same value from the clean rankings alone (strict 5 % rule, next float above)
     from sieve.corpus import load_dataset
     from sieve.defenses.perplexity import Perplexity
-    from sieve.evaluation.calibrate import clean_rankings
+    from sieve.experiment import Experiment
 
-    rankings, _ = clean_rankings(load_dataset(tiny_dataset), eval_resources, depth=20)
+    rankings = Experiment(load_dataset(tiny_dataset), eval_resources, depth=20).clean_rankings()
     p = Perplexity()
     scores = [p.score_text(d.text, eval_resources) for r in rankings for d in r.documents]
     expected = float(np.nextafter(threshold_at_clean_budget([s for s in scores if s is not None], 0.05), np.inf))
@@ -123,15 +124,18 @@ class _Flaky(Defense):
     name = "flaky"
     paper = "test"
 
-    def inspect(self, ranking, resources):  # noqa: ANN001
+    def inspect(self, ranking, resources, k_ctx=5):  # noqa: ANN001
         if ranking.query_id == "q2":
             raise RuntimeError("model exploded")
-        return keep_all(ranking, status="scored")
+        return Inspection(keep_all(ranking, status="scored"))
 
 
 def test_partial_failure_is_recorded_and_run_completes(tiny_dataset, eval_resources, tmp_path, monkeypatch):
-    real = R.make_defense
-    monkeypatch.setattr(R, "make_defense", lambda spec, params=None: _Flaky() if spec == "flaky" else real(spec, params))
+    import sieve.experiment as X
+
+    real = X.build_defense
+    monkeypatch.setattr(X, "build_defense", lambda spec, params=None, calibration=None:
+                        _Flaky() if spec == "flaky" else real(spec, params, calibration))
     summary = run_eval(tiny_dataset, tmp_path / "run", eval_resources, defenses=["none", "flaky"], depth=20,
                        progress=False)
     recs = read_records(tmp_path / "run")
