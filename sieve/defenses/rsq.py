@@ -1,6 +1,9 @@
 """RSQ — RAGSieve's query-local detector (docs/algorithms.md §3; RS:detector.py, anchor.py, carrier.py,
 integrity.py, statistics.py, models.py).
 
+Size: one module on purpose — the four evidence components (§3.2–§3.5) and their combination
+(§3.6) are one algorithm read side by side with the paper; each is a few small pure functions.
+
 The top-5 of a ranking (candidates) are contrasted with ranks 6–20 (the reference tail, m = 15):
 
 * **E_a** answer-anchor concentration (§3.2): content tokens shared by several candidates but rare
