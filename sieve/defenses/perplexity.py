@@ -40,7 +40,7 @@ class Perplexity(Defense):
 
     name = "perplexity"
     summary = "Perplexity filter: remove passages whose LM perplexity is above a clean-calibrated threshold."
-    paper = "PoisonedRAG perplexity-based detection (docs/algorithms.md §8 baselines, §9.2 calibration)"
+    paper = "PoisonedRAG perplexity filter (docs/algorithms.md §8.4; calibration §9.2)"
     needs = ("causal_lm",)
     threshold_param = "threshold"
 
