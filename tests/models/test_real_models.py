@@ -1,6 +1,6 @@
 """The real packaged models (one load each per session via the conftest ``real_*`` fixtures).
 
-Expected values are facts about the world the models should know (MODELS.md checks); each test
+Expected values are facts about the world the models should know (docs/models.md checks); each test
 compares two alternatives rather than asserting raw scores.
 """
 from __future__ import annotations
