@@ -50,32 +50,38 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
 
 def threshold_knobs(run: RunData, defense: str) -> list[dict[str, Any]]:
     """Live-tunable thresholds of one defense in a run: ``{key, label, value, lo, hi, layer}`` where
-    ``layer`` is None for the defense-wide threshold. Ranges come from the recorded raw scores."""
+    ``layer`` is None for the defense-wide threshold. Only the knobs the defense itself declares
+    (:meth:`Defense.threshold_knobs`, re-decided by its own rule) are offered; ranges come from the
+    recorded raw scores."""
+    from sieve.evaluation.tradeoffs import defense_for_record
+
+    declared = [k for k in defense_for_record(defense).threshold_knobs() if "." not in k]
     recs = [r for r in run.records if r["defense"] == defense and not r.get("error")]
-    layers: dict[str, list[float]] = {}
-    for r in recs:
-        for d in r.get("decisions", []):
-            if d.get("score") is None or d.get("threshold") is None:
-                continue
-            s = float(d["score"])
-            if np.isfinite(s):
-                layers.setdefault(d.get("layer") or "", []).append(s)
     knobs = []
-    current: dict[str, float] = {}
-    for r in recs:
-        for d in r.get("decisions", []):
-            if d.get("threshold") is not None:
-                current.setdefault(d.get("layer") or "", float(d["threshold"]))
-    for layer, scores in layers.items():
-        if layer in ("L1",):
-            continue   # L1 is a cluster membership, not a threshold (needs a rerun)
+    for knob in declared:
+        scores: list[float] = []
+        current: float | None = None
+        for r in recs:
+            for d in r.get("decisions", []):
+                if d.get("score") is None or d.get("threshold") is None:
+                    continue
+                if knob != "threshold" and (d.get("layer") or "") != knob:
+                    continue
+                s = float(d["score"])
+                if np.isfinite(s):
+                    scores.append(s)
+                if current is None:
+                    current = float(d["threshold"])
+        if not scores:
+            continue
         lo, hi = float(min(scores)), float(max(scores))
-        val = current.get(layer, hi)
+        val = hi if current is None else current
         lo, hi = min(lo, val), max(hi, val)
         if hi - lo < 1e-9:
             hi = lo + 1.0
-        knobs.append({"key": f"{defense}:{layer or 'threshold'}", "label": f"{defense} {layer or 'threshold'}".strip(),
-                      "value": val, "lo": lo, "hi": hi, "layer": layer or None})
+        layer = None if knob == "threshold" else knob
+        knobs.append({"key": f"{defense}:{knob}", "label": f"{defense} {knob}", "value": val, "lo": lo, "hi": hi,
+                      "layer": layer})
     return knobs
 
 

@@ -121,7 +121,7 @@ def test_tradeoffs_threshold_moves_metric(dash_env):
     at = run_page("4_tradeoffs.py")
     at.selectbox(key="t_def").set_value("rsq").run()
     before = {m.label: m.value for m in at.metric}
-    slider = at.slider(key="t_rsq:RSQ")
+    slider = at.slider(key="t_rsq:threshold")
     slider.set_value(slider.min).run()       # η_Q at the smallest recorded score: everything scored is removed
     no_error(at)
     after = {m.label: m.value for m in at.metric}
