@@ -114,6 +114,21 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def test_no_cycle_between_packages():
+    """Grouped by top-level package (sieve.evaluation, sieve.experiment, ...), the layers still form
+    no cycle: a lower layer never reaches back up (docs/architecture.md, "Layers")."""
+    g = import_graph()
+    top = lambda m: ".".join(m.split(".")[:2])  # noqa: E731
+    grouped: dict[str, set[str]] = {}
+    for m, ts in g.items():
+        if m.startswith("sieve"):
+            grouped.setdefault(top(m), set()).update(top(t) for t in ts if t.startswith("sieve") and top(t) != top(m))
+    grouped.pop("sieve", None)
+    grouped = {m: ts - {"sieve"} for m, ts in grouped.items()}
+    cycles = find_cycles(grouped)
+    assert cycles == [], "package cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
 def _face_of(mod: str) -> str | None:
     for face, prefixes in FACES.items():
         if any(mod == p or mod.startswith(p + ".") for p in prefixes):

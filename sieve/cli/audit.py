@@ -60,6 +60,10 @@ def audit_command(
     exp = open_experiment(ds, cfg)
     condition = with_attack or "clean"
     report = run_audit(exp, condition, mode=mode, progress=True)
+    if report.poison_labels is not None:
+        from sieve.evaluation.metrics import audit_metrics
+
+        report.summary["metrics"] = audit_metrics(report.audit, report.poison_labels)
     audit, summary, docs = report.audit, report.summary, report.snapshot.documents
     injected = report.snapshot.injected
     out_dir = out or Path(cfg.cache_dir) / "audits" / f"{ds.name}-{condition}"

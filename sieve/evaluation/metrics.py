@@ -15,11 +15,11 @@ import math
 import re
 import string
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from sieve.defenses.budget import budget_index, threshold_at_clean_budget  # one budget rule (§9.2)
+from sieve.defenses.budget import threshold_at_clean_budget  # one budget rule (§9.2)
 
 # ------------------------------------------------------------------------------------------------
 # Ranking / detection metrics (§9.2)
@@ -171,3 +171,17 @@ def token_f1(prediction: str | None, references: str | Iterable[str]) -> float:
     if not refs:
         return 0.0
     return max(_f1(p, squad_normalize(r).split()) for r in refs)
+
+
+def audit_metrics(audit: Any, poison: dict[str, bool], clean_budget: float = 0.05) -> dict[str, Any]:
+    """docs/algorithms.md §9.2 for RSG: positives = poison-labelled documents, negatives = the rest."""
+    pos = [float(audit.score[i]) for i, d in enumerate(audit.ids) if poison.get(d)]
+    neg = [float(audit.score[i]) for i, d in enumerate(audit.ids) if not poison.get(d)]
+    flagged_pos = sum(1 for i, d in enumerate(audit.ids) if poison.get(d) and audit.flagged[i])
+    flagged_neg = sum(1 for i, d in enumerate(audit.ids) if not poison.get(d) and audit.flagged[i])
+    return {
+        "positives": len(pos), "negatives": len(neg),
+        "auroc": auroc(pos, neg), "detect_at_5pct": detect_at_clean_budget(pos, neg, clean_budget),
+        "tpr_at_0.5": flagged_pos / len(pos) if pos else None,
+        "fpr_at_0.5": flagged_neg / len(neg) if neg else None,
+    }

@@ -7,7 +7,7 @@
 
 Corpus audits (RSG + ledger flags) are :mod:`sieve.experiment.audit`. See docs/architecture.md.
 """
-from sieve.experiment.audit import AUDIT_MODES, AuditReport, audit_metrics, record_flags, run_audit
+from sieve.experiment.audit import AUDIT_MODES, AuditReport, record_flags, run_audit
 from sieve.experiment.defenses import (
     DefenseSpecError,
     build_defense,
@@ -19,4 +19,4 @@ from sieve.experiment.defenses import (
 from sieve.experiment.snapshots import Experiment, ExperimentError, Snapshot
 
 __all__ = ["Experiment", "ExperimentError", "Snapshot", "build_defense", "prepare_defense", "calibrate_defense", "fit_defense", "fit_defense",
-           "needs_calibration", "DefenseSpecError", "run_audit", "record_flags", "AUDIT_MODES", "AuditReport", "audit_metrics"]
+           "needs_calibration", "DefenseSpecError", "run_audit", "record_flags", "AUDIT_MODES", "AuditReport"]

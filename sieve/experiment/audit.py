@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from sieve.constants import CLEAN_BUDGET
 
 if TYPE_CHECKING:
     from sieve.defenses.rsg import RSGAudit
@@ -27,7 +26,8 @@ AUDIT_MODES = ("exact", "hnsw", "ivf")
 
 @dataclass
 class AuditReport:
-    """An RSG audit of one snapshot with its summary (the ``rsg_audit.json`` contents)."""
+    """An RSG audit of one snapshot with its summary (the ``rsg_audit.json`` contents). Detection
+    metrics against poison labels are :func:`sieve.evaluation.metrics.audit_metrics`."""
 
     audit: "RSGAudit"
     snapshot: "Snapshot"
@@ -69,22 +69,6 @@ class AuditReport:
         return json_path, csv_path
 
 
-def audit_metrics(audit: "RSGAudit", poison: dict[str, bool], clean_budget: float = CLEAN_BUDGET) -> dict[str, Any]:
-    """docs/algorithms.md §9.2 for RSG: positives = poison-labelled documents, negatives = the rest."""
-    from sieve.evaluation.metrics import auroc, detect_at_clean_budget
-
-    pos = [float(audit.score[i]) for i, d in enumerate(audit.ids) if poison.get(d)]
-    neg = [float(audit.score[i]) for i, d in enumerate(audit.ids) if not poison.get(d)]
-    flagged_pos = sum(1 for i, d in enumerate(audit.ids) if poison.get(d) and audit.flagged[i])
-    flagged_neg = sum(1 for i, d in enumerate(audit.ids) if not poison.get(d) and audit.flagged[i])
-    return {
-        "positives": len(pos), "negatives": len(neg),
-        "auroc": auroc(pos, neg), "detect_at_5pct": detect_at_clean_budget(pos, neg, clean_budget),
-        "tpr_at_0.5": flagged_pos / len(pos) if pos else None,
-        "fpr_at_0.5": flagged_neg / len(neg) if neg else None,
-    }
-
-
 def run_audit(experiment: "Experiment", condition: str = "clean", *, mode: str = "exact",
               progress: bool = False, snapshot: "Snapshot | None" = None,
               on_progress: Callable[[float, str], None] | None = None) -> AuditReport:
@@ -118,8 +102,6 @@ def run_audit(experiment: "Experiment", condition: str = "clean", *, mode: str =
         "params": {k: v for k, v in vars(audit.params).items() if k != "progress"},
     }
     report = AuditReport(audit, snap, summary, flagged, branches)
-    if report.poison_labels is not None:
-        summary["metrics"] = audit_metrics(audit, report.poison_labels)
     if on_progress:
         on_progress(1.0, f"{len(flagged)} flags")
     return report

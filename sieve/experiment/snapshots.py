@@ -176,6 +176,19 @@ class Experiment:
                 correct = correct or tuple(recs[0].correct_answers)
         return correct, target_answer
 
+    def query_id_for(self, query: str, condition: str = CLEAN) -> str:
+        """The dataset's id of a query typed as text (exact match after trimming), so a typed
+        question gets its answers and, for forced-top families, its pinned poisons; "" if unknown."""
+        text = query.strip()
+        if condition != CLEAN and condition in self.dataset.attack_families():
+            for r in self.dataset.attack_records(condition):
+                if r.query.strip() == text:
+                    return r.query_id
+        for q in self.dataset.queries:
+            if q.text.strip() == text:
+                return q.id
+        return ""
+
     def rank(self, query: str, *, condition: str = CLEAN, query_id: str = "", snapshot: Snapshot | None = None,
              depth: int | None = None, correct_answers: Sequence[str] | None = None,
              target_answer: str | None = None) -> Ranking:
@@ -189,6 +202,7 @@ class Experiment:
         snap = snapshot if snapshot is not None else self.snapshot(condition)
         condition = snap.condition
         depth = self.depth if depth is None else int(depth)
+        query_id = query_id or self.query_id_for(query, condition)
         correct, target = self.answers_for(query_id, condition)
         if correct_answers is not None:
             correct = tuple(correct_answers)

@@ -4,7 +4,6 @@ error text, and a screenshot is saved under test-artifacts/screenshots/<page>.pn
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
