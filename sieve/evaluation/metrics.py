@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from sieve.defenses.budget import threshold_at_clean_budget  # one budget rule (§9.2)
+from sieve.defenses.budget import budget_index, threshold_at_clean_budget  # noqa: F401  (re-exported: one budget rule, §9.2)
 
 # ------------------------------------------------------------------------------------------------
 # Ranking / detection metrics (§9.2)
