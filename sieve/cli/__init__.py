@@ -3,7 +3,8 @@
 * ``data``     – ``sieve index``, ``sieve search``
 * ``models``   – ``sieve models``
 * ``attack``   – ``sieve attack``
-* ``audit``    – ``sieve audit``, ``sieve ledger ...``
+* ``audit``    – ``sieve audit``
+* ``ledger``   – ``sieve ledger ...``
 * ``evaluate`` – ``sieve eval``, ``sieve report``, ``sieve calibrate``
 * ``bench``    – ``sieve bench ...``
 * ``listing``  – ``sieve list``
@@ -14,7 +15,7 @@ import importlib
 
 from sieve.cli._app import app
 
-for _m in ("listing", "data", "models", "attack", "audit", "evaluate", "bench"):
+for _m in ("listing", "data", "models", "attack", "audit", "ledger", "evaluate", "bench"):
     try:
         importlib.import_module(f"sieve.cli.{_m}")
     except ModuleNotFoundError as _e:  # not written yet; tests/test_cli.py requires all of them
