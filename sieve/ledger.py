@@ -14,6 +14,12 @@ longer excludes its document. The user's corpus files are never touched.
 Storage: embedded SQLite in WAL mode with a busy timeout; writes use ``BEGIN IMMEDIATE`` so
 several processes can add and transition alerts concurrently. Adding the same flag twice
 (same content hash, detector, corpus hash and index version) is a no-op.
+
+Integrity: every open runs ``PRAGMA integrity_check``. A damaged ledger (a SQLite file that fails
+the check or cannot be read) is moved aside to ``<name>.corrupt-<timestamp>`` (with its ``-wal`` /
+``-shm`` side files) and :class:`LedgerCorruptError` names the side file; the next open starts an
+empty ledger. A file that is not SQLite at all (e.g. a corpus given as ``--ledger``) is never moved:
+:class:`LedgerError` refuses it. Rolling back a confirmed quarantine needs a reason (``why``).
 """
 from __future__ import annotations
 
@@ -86,6 +92,18 @@ CREATE INDEX IF NOT EXISTS history_alert ON history(alert_id);
 
 class LedgerError(ValueError):
     """Invalid ledger operation (unknown alert, forbidden transition, bad filter)."""
+
+
+class LedgerCorruptError(LedgerError):
+    """The ledger file failed its integrity check; it was moved to :attr:`side_file`."""
+
+    def __init__(self, message: str, path: Path, side_file: Path | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.side_file = side_file
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @dataclass
@@ -165,18 +183,67 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout_s: float = 60.0) -> None:
         self.path = Path(path) if path is not None else default_ledger_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise LedgerError(f"ledger path {self.path} is a directory; give a .sqlite file")
         self._timeout = timeout_s
-        self._conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None,
-                                     check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-        self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+        existed = self.path.is_file() and self.path.stat().st_size > 0
+        if existed:
+            with open(self.path, "rb") as fh:
+                head = fh.read(len(_SQLITE_MAGIC))
+            if head != _SQLITE_MAGIC and not _looks_damaged_sqlite(self.path, head):
+                raise LedgerError(f"{self.path} is not a quarantine ledger (not a SQLite file); "
+                                  "it was not modified — give another --ledger path")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._connect()
+            if existed:
+                res = self.integrity_check()
+                if res != "ok":
+                    lines = [x for x in res.splitlines() if x.strip() and not x.startswith("***")]
+                    raise sqlite3.DatabaseError("integrity check: " + (lines[0] if lines else res.strip()))
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e)):
+                raise
+            self._quarantine_file(e)
         with self._write() as c:   # executescript would commit on its own; run statements in one transaction
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     c.execute(stmt)
+
+    def _connect(self) -> None:
+        self._conn = sqlite3.connect(str(self.path), timeout=self._timeout, isolation_level=None,
+                                     check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+
+    def _quarantine_file(self, err: BaseException) -> None:
+        """Move a damaged ledger (and its WAL side files) aside and raise :class:`LedgerCorruptError`."""
+        try:
+            self._conn.close()
+        except Exception:  # noqa: BLE001 - the connection may never have opened
+            pass
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        side = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while side.exists():
+            side = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            n += 1
+        moved: Path | None = None
+        try:
+            os.replace(self.path, side)
+            moved = side
+            for suffix in ("-wal", "-shm"):
+                extra = self.path.with_name(self.path.name + suffix)
+                if extra.exists():
+                    os.replace(extra, side.with_name(side.name + suffix))
+        except OSError:
+            moved = None
+        detail = " ".join(str(err).split()) or type(err).__name__
+        where = f"moved to {moved}" if moved else "could not be moved aside"
+        raise LedgerCorruptError(f"quarantine ledger {self.path} is corrupt ({detail}); {where}; "
+                                 "a new empty ledger is started on next use", self.path, moved)
 
     # -- plumbing -----------------------------------------------------------------------------
     def _retry(self, fn: Any) -> Any:
@@ -251,6 +318,8 @@ class Ledger:
             if new_state not in TRANSITIONS[cur]:
                 allowed = ", ".join(sorted(TRANSITIONS[cur])) or "none"
                 raise LedgerError(f"alert {alert_id}: cannot go from {cur!r} to {new_state!r} (allowed: {allowed})")
+            if new_state == "rolled_back" and not (why and str(why).strip()):
+                raise LedgerError(f"alert {alert_id}: rolling back a confirmed quarantine needs a reason ('why')")
             c.execute("UPDATE alerts SET state = ?, updated_at = ? WHERE alert_id = ?", (new_state, now, alert_id))
             c.execute("INSERT INTO history (alert_id, from_state, to_state, who, why, at) VALUES (?,?,?,?,?,?)",
                       (alert_id, cur, new_state, str(who), why, now))
@@ -355,24 +424,51 @@ class Ledger:
 
     def export_csv(self, path: str | os.PathLike[str], **filters: Any) -> int:
         """Write the alerts (filters as in :meth:`alerts`) to CSV; evidence as JSON. Returns the row count."""
+        from sieve.safe_io import atomic_open, check_output
+
         rows = self.alerts(**filters)
-        cols = ["alert_id", "doc_id", "content_hash", "corpus_id", "corpus_hash", "index_version", "detector",
-                "score", "threshold", "state", "reason", "created_at", "updated_at", "evidence"]
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "w", newline="", encoding="utf-8") as fh:
+        p = check_output(path, force=True, protected=self.files(), what="ledger export")
+        with atomic_open(p, newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(cols)
+            w.writerow(EXPORT_COLUMNS)
             for a in rows:
                 d = a.to_dict()
                 d["evidence"] = json.dumps(d["evidence"], default=_json_default)
-                w.writerow([d[c] for c in cols])
+                w.writerow([d[c] for c in EXPORT_COLUMNS])
         return len(rows)
+
+    def files(self) -> list[Path]:
+        """The ledger file and its SQLite side files (never an output of any command)."""
+        return [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm", "-journal"))]
 
     def integrity_check(self) -> str:
         return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
     list = alerts  # ``ledger.list(state="open")`` (defined last: it shadows the builtin in the class body)
+
+
+#: Columns of :meth:`Ledger.export_csv` (the header identifies an export written by Sieve).
+EXPORT_COLUMNS = ["alert_id", "doc_id", "content_hash", "corpus_id", "corpus_hash", "index_version", "detector",
+                  "score", "threshold", "state", "reason", "created_at", "updated_at", "evidence"]
+
+
+def is_ledger_export(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a CSV written by :meth:`Ledger.export_csv` (safe to replace)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return next(csv.reader([fh.readline()]), []) == EXPORT_COLUMNS
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+
+
+def _looks_damaged_sqlite(path: Path, head: bytes) -> bool:
+    """A SQLite file whose header was overwritten (a ledger hit by corruption, not a user file):
+    the ``.sqlite``/``.db`` suffix and binary content (NUL bytes) in the first page."""
+    if path.suffix.lower() not in (".sqlite", ".sqlite3", ".db"):
+        return False
+    with open(path, "rb") as fh:
+        page = fh.read(4096)
+    return b"\x00" in page
 
 
 def flags_from_decisions(decisions: Iterable[Any], hashes: Mapping[str, str]) -> list[Flag]:

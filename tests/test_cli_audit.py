@@ -71,7 +71,11 @@ def test_ledger_commands(dataset, tmp_path):
     assert res.exit_code == 0 and "open 3" in res.output and ids["p0"] in res.output
     res = run("ledger", "confirm", ids["p0"], "--who", "alice", "--why", "payload", "--ledger", led)
     assert res.exit_code == 0 and "now confirmed" in res.output
-    res = run("ledger", "rollback", ids["p0"], "--who", "bob", "--ledger", led)
+    res = run("ledger", "rollback", ids["p0"], "--who", "bob", "--ledger", led)          # --why is required
+    assert res.exit_code == 2 and "--why" in res.output and "Traceback" not in res.output
+    res = run("ledger", "rollback", ids["p0"], "--who", "bob", "--why", "  ", "--ledger", led)
+    assert res.exit_code == 2 and "--why must not be empty" in res.output
+    res = run("ledger", "rollback", ids["p0"], "--who", "bob", "--why", "false positive", "--ledger", led)
     assert res.exit_code == 0 and "now rolled_back" in res.output
     res = run("ledger", "dismiss", ids["p0"], "--who", "bob", "--ledger", led)        # not allowed
     assert res.exit_code == 2 and "cannot go from 'rolled_back' to 'dismissed'" in res.output

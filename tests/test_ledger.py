@@ -59,6 +59,16 @@ def test_invalid_transitions_are_clear_errors(ledger, path, bad):
         ledger.transition(aid, bad, "alice")
 
 
+def test_rollback_needs_a_reason(ledger):
+    (aid,) = ledger.add_flags(_flags(1), detector="rsg")
+    ledger.confirm(aid, "alice")
+    for why in ("", "   ", None):
+        with pytest.raises(LedgerError, match="needs a reason"):
+            ledger.transition(aid, "rolled_back", "bob", why)
+    assert ledger.get(aid).state == "confirmed" and len(ledger.history(aid)) == 2   # nothing recorded
+    assert ledger.rollback(aid, "bob", "restored after review").state == "rolled_back"
+
+
 def test_unknown_alert_state_and_policy(ledger):
     with pytest.raises(LedgerError, match="no alert"):
         ledger.confirm("A-nope", "alice")

@@ -39,7 +39,13 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from sieve.config import ConfigError
 
-        known: tuple[type[BaseException], ...] = (UserError, ConfigError, FileNotFoundError, KeyError)
+        known: tuple[type[BaseException], ...] = (UserError, ConfigError, FileNotFoundError, KeyError,
+                                                  NotADirectoryError, IsADirectoryError, PermissionError,
+                                                  FileExistsError)
+        from sieve.ledger import LedgerError
+        from sieve.safe_io import UnsafeWriteError
+
+        known = known + (LedgerError, UnsafeWriteError)
         try:
             from sieve.corpus import DatasetError
 
@@ -62,6 +68,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except known as e:  # noqa: PERF203
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            if isinstance(e, OSError) and e.filename and e.strerror:
+                msg = f"{e.filename}: {e.strerror}"
+            msg = " ".join(str(msg).split())   # one line
             typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:

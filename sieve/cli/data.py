@@ -105,6 +105,8 @@ def search_command(
     snap = exp.snapshot(condition)
     # the same ranking as `sieve eval` and the explorer (forced-top poisons pinned, quarantine excluded)
     ranking = exp.rank(query, condition=condition, depth=k)
+    for w in exp.warnings:   # degraded retrieval (e.g. corrupt ledger moved aside) is never silent
+        typer.secho(f"warning: {w}", fg=typer.colors.YELLOW, err=True)
     excluded = snap.excluded
     if excluded:
         typer.echo(f"({len(excluded)} quarantined document(s) excluded by the ledger, policy {quarantine}; "

@@ -33,7 +33,7 @@ def _ledger(path: Optional[Path], config_file: Optional[Path] = None) -> "Ledger
     p = path or default_ledger_path(SieveConfig.load(config_file))
     if path is not None and not p.exists():
         raise UserError(f"ledger file not found: {p}")
-    return Ledger(p)
+    return Ledger(p)   # a corrupt ledger is moved aside and reported (LedgerCorruptError → exit 2)
 
 
 def _ledger_errors(fn):  # noqa: ANN001, ANN202
@@ -80,6 +80,8 @@ def _transition(alert_id: str, new_state: str, who: Optional[str], why: str, led
 
 _WHO = typer.Option(None, "--who", help="Analyst name (default: the login name).")
 _WHY = typer.Option("", "--why", help="Reason, kept in the alert history.")
+_WHY_REQUIRED = typer.Option(..., "--why", help="Reason for restoring the document (required; kept in the "
+                                                "alert history).", show_default=False)
 
 
 @ledger_app.command("confirm")
@@ -103,9 +105,11 @@ def ledger_dismiss(alert_id: str = typer.Argument(...), who: Optional[str] = _WH
 @ledger_app.command("rollback")
 @user_errors
 @_ledger_errors
-def ledger_rollback(alert_id: str = typer.Argument(...), who: Optional[str] = _WHO, why: str = _WHY,
+def ledger_rollback(alert_id: str = typer.Argument(...), who: Optional[str] = _WHO, why: str = _WHY_REQUIRED,
                     ledger_path: Optional[Path] = typer.Option(None, "--ledger", help=_LEDGER_HELP)) -> None:
-    """Roll back a confirmed quarantine: the document is restored to retrieval."""
+    """Roll back a confirmed quarantine: the document is restored to retrieval (--why is required)."""
+    if not why.strip():
+        raise UserError("--why must not be empty: say why the document is restored")
     _transition(alert_id, "rolled_back", who, why, ledger_path)
 
 
@@ -126,8 +130,15 @@ def ledger_export(
     state: Optional[str] = typer.Option(None, "--state"),
     detector: Optional[str] = typer.Option(None, "--detector"),
     ledger_path: Optional[Path] = typer.Option(None, "--ledger", help=_LEDGER_HELP),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file that is not an earlier export "
+                                                      "(the ledger itself is never replaced)."),
 ) -> None:
-    """Export alerts (with evidence as JSON) to CSV."""
+    """Export alerts (with evidence as JSON) to CSV. Never writes over the ledger; an existing file
+    is replaced only if it is an earlier export, or with --force."""
+    from sieve.ledger import is_ledger_export
+    from sieve.safe_io import check_output
+
     with _ledger(ledger_path) as led:
+        check_output(out, force=force, protected=led.files(), own=is_ledger_export, what="ledger export")
         n = led.export_csv(out, state=state, detector=detector)
     typer.echo(f"{n} alerts written to {out}")

@@ -98,6 +98,8 @@ class Experiment:
         self._base: "VectorIndex | None" = None
         self._snapshots: dict[Any, Snapshot] = {}
         self._clean: dict[tuple[str, int], Ranking] = {}
+        #: Degradations the caller must show (e.g. a corrupt ledger: retrieval runs without exclusions).
+        self.warnings: list[str] = []
 
     # -- snapshots --------------------------------------------------------------------------------
     def base_index(self) -> "VectorIndex":
@@ -148,10 +150,17 @@ class Experiment:
     def _quarantined(self, index: "VectorIndex") -> set[str]:
         if self.quarantine == NO_QUARANTINE or self.ledger_path is None or not self.ledger_path.exists():
             return set()
-        from sieve.ledger import Ledger
+        from sieve.ledger import Ledger, LedgerError
 
-        with Ledger(self.ledger_path) as led:
-            return led.quarantined_ids(index.documents, self.quarantine)
+        try:
+            with Ledger(self.ledger_path) as led:
+                return led.quarantined_ids(index.documents, self.quarantine)
+        except LedgerError as e:   # corrupt (moved aside) or not a ledger: search keeps working, and says so
+            msg = f"{e}; retrieval runs WITHOUT quarantine exclusions"
+            if msg not in self.warnings:
+                self.warnings.append(msg)
+            self.ledger_path = None
+            return set()
 
     # -- ranking ------------------------------------------------------------------------------------
     def answers_for(self, query_id: str, condition: str = CLEAN) -> tuple[tuple[str, ...], str]:
