@@ -1,8 +1,15 @@
-"""``sieve attack``: generate one attack family's poison documents from a dataset's targets.jsonl."""
+"""``sieve attack``: generate one attack family's poison documents from a dataset's targets.jsonl.
+
+Writes are guarded (sieve/safe_io.py): ``--out`` never replaces a dataset file and replaces an
+existing file only if it holds nothing but this family's records (or with ``--force``);
+``--append-to`` replaces only the lines of the targets that were regenerated and keeps every other
+line (other families, and this family's other targets, e.g. after ``--limit``).
+"""
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import typer
 
@@ -25,14 +32,17 @@ def attack_command(
     retriever: Optional[str] = typer.Option(None, "--retriever", help="Retriever model for pr_w (default: config)."),
     config: Optional[Path] = typer.Option(None, "--config", help="sieve.yaml config file."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    force: bool = typer.Option(False, "--force", help="Let --out replace an existing file that holds other "
+                                                      "records (dataset files are never replaced)."),
 ) -> None:
     """Generate poison documents for every target (docs/algorithms.md §7) and write attacks.jsonl lines.
 
     Example: sieve attack demo_data --attack pr_w --iterations 8 --candidates 24 --append-to demo_data/attacks.jsonl
     """
-    from sieve.attacks import ATTACKS, AttackError, load_targets, merge_attacks, write_attacks
+    from sieve.attacks import ATTACKS, AttackError, load_targets, write_attacks
     from sieve.config import SieveConfig
     from sieve.resources import Resources
+    from sieve.safe_io import check_output, dataset_files
 
     if out is None and append_to is None:
         raise UserError("give --out FILE and/or --append-to DATASET_DIR/attacks.jsonl")
@@ -45,6 +55,14 @@ def attack_command(
             if attack != "pr_w":
                 raise UserError(f"--{flag} applies to pr_w only, not {attack!r}")
             params[flag] = value
+    ds_files = dataset_files(dataset_dir)
+    if out is not None:
+        check_output(out, force=force, protected=ds_files, what="--out",
+                     own=lambda p: _only_family(p, attack))
+    if append_to is not None:
+        check_output(append_to, force=True, what="--append-to",
+                     protected=[f for f in ds_files if not f.name.startswith("attacks")])
+        _read_attack_lines(append_to)   # a malformed file fails before any generation work
     cfg = SieveConfig.load(config)
     if retriever:
         cfg.models.retriever = retriever  # the judge is irrelevant here; no judge≠retriever check needed
@@ -60,11 +78,9 @@ def attack_command(
         write_attacks(out, output.records)
         typer.echo(f"wrote {len(output.records)} {attack} records ({len(output.documents)} documents) to {out}")
     if append_to is not None:
-        try:
-            kept, written = merge_attacks(append_to, output.records, attack)
-        except AttackError as e:
-            raise UserError(str(e)) from None
-        typer.echo(f"merged {written} {attack} records into {append_to} (kept {kept} lines of other families)")
+        kept, replaced, written = merge_attack_lines(append_to, output.records, attack)
+        typer.echo(f"merged {written} {attack} records into {append_to} (replaced {replaced} earlier lines of "
+                   f"these targets, kept {kept} other lines)")
     for qid, reason in output.skipped:
         typer.secho(f"skipped {qid}: {reason}", fg=typer.colors.YELLOW, err=True)
     st = output.stats
@@ -78,3 +94,61 @@ def attack_command(
         extra = f" ({st['paraphrase_unavailable']})" if st.get("paraphrase_unavailable") else ""
         typer.echo(f"paraphrase: {st['paraphrase_fallbacks']} fallbacks to the verbatim query{extra}, "
                    f"{st['paraphrase_cached']} from cache, {st['paraphrase_llm_calls']} LLM calls")
+
+
+def _read_attack_lines(path: Path) -> list[dict[str, Any]]:
+    """The lines of an existing attacks.jsonl (``[]`` if missing); a malformed line is a user error."""
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text; not merging") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{n}: invalid JSON ({e.msg}); not merging") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("attack"), str):
+            raise UserError(f"{path}:{n}: field 'attack' missing or not a string; not merging")
+        rows.append(obj)
+    return rows
+
+
+def _only_family(path: Path, family: str) -> bool:
+    """True when ``path`` holds only ``family``'s attack lines (an earlier ``--out`` of this family)."""
+    try:
+        rows = _read_attack_lines(path)
+    except UserError:
+        return False
+    return all(r.get("attack") == family for r in rows)
+
+
+def merge_attack_lines(path: Path, records: Sequence[Any], family: str) -> tuple[int, int, int]:
+    """Merge ``records`` of ``family`` into ``path`` atomically: a line of the same family and query
+    id is replaced in place, new ones are appended, every other line is kept in order (nothing is
+    dropped). Returns (kept, replaced, written)."""
+    from sieve.corpus import attack_record_to_row, write_jsonl
+
+    rows = _read_attack_lines(path)
+    new = [attack_record_to_row(r) for r in records]
+    by_qid = {str(r["query_id"]): r for r in new}
+    out: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    kept = replaced = 0
+    for r in rows:
+        qid = str(r.get("query_id"))
+        if r.get("attack") == family and qid in by_qid:
+            replaced += 1
+            if qid not in placed:
+                out.append(by_qid[qid])
+                placed.add(qid)
+        else:
+            out.append(r)
+            kept += 1
+    out += [r for q, r in by_qid.items() if q not in placed]
+    write_jsonl(path, out)
+    return kept, replaced, len(new)

@@ -88,15 +88,23 @@ def eval_command(
 def report_command(
     run_dir: Path = typer.Argument(..., help="A run directory written by `sieve eval`.", show_default=False),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Where to write the HTML (default RUN_DIR/report.html)."),
+    force: bool = typer.Option(False, "--force", help="Let --html replace an existing file that is not a Sieve "
+                                                      "report (run and dataset files are never replaced)."),
 ) -> None:
     """Print the defense × attack table of a run and write a self-contained report.html with the
     ASR–utility plane, ROC curves per attack and per-attack bars."""
-    from sieve.evaluation.report import ReportError, format_table, load_run, write_report
+    from sieve.evaluation.report import ReportError, format_table, is_report_html, load_run, write_report
     from sieve.evaluation.runner import RunError
+    from sieve.safe_io import check_output, dataset_files
 
     try:
-        _, summary, _ = load_run(run_dir)
-        path = write_report(run_dir, html_out)
+        cfg, summary, _ = load_run(run_dir)
+        target = html_out or run_dir / "report.html"
+        ds_path = (cfg.get("dataset") or {}).get("path") if isinstance(cfg.get("dataset"), dict) else None
+        protected = [run_dir / n for n in ("config.json", "records.jsonl", "summary.json", "answers.sqlite")]
+        protected += dataset_files(ds_path) if ds_path else []
+        check_output(target, force=force, protected=protected, own=is_report_html, what="--html report")
+        path = write_report(run_dir, target)
     except (ReportError, RunError) as e:
         raise UserError(str(e)) from None
     typer.echo(format_table(summary))
@@ -111,26 +119,32 @@ def calibrate_command(
     defense: str = typer.Option(..., "--defense", help="Defense name (see `sieve list`)."),
     clean_budget: float = typer.Option(0.05, "--clean-budget", help="Largest fraction of clean documents the "
                                                                      "defense may remove (strict rule, §9.2)."),
-    out: Path = typer.Option(Path("calibration.yaml"), "--out", "-o", help="Calibration YAML (merged if it exists)."),
+    out: Path = typer.Option(Path("calibration.yaml"), "--out", "-o", help="Calibration YAML (merged if it is an "
+                                                                            "existing calibration file)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file that is not a calibration "
+                                                      "file (dataset files are never replaced)."),
     depth: int = typer.Option(50, "--depth", help="Retrieval depth of the clean rankings."),
     retriever: Optional[str] = typer.Option(None, "--retriever", help="Retriever model (default from config)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML config file."),
 ) -> None:
     """Learn a defense's score threshold on clean queries only and save it for `sieve eval
     --calibration` and the dashboard."""
-    from sieve.evaluation.calibrate import calibrate_on_dataset, save_calibration
+    from sieve.evaluation.calibrate import calibrate_on_dataset, is_calibration_file, save_calibration
     from sieve.evaluation.runner import RunError
+    from sieve.safe_io import check_output, dataset_files
 
     if not 0.0 <= clean_budget < 1.0:
         raise UserError(f"--clean-budget must be in [0, 1), got {clean_budget}")
     cfg = _config(config, retriever)
     ds = _load(dataset_dir)
+    check_output(out, force=force, protected=dataset_files(ds.path), own=is_calibration_file, what="--out")
+    merge = out.exists() and is_calibration_file(out)   # a foreign file replaced with --force is not merged
     res = _resources(cfg, ds)
     try:
         result = calibrate_on_dataset(ds, defense, res, clean_budget, depth)
     except (ValueError, RunError) as e:
         raise UserError(str(e)) from None
-    path = save_calibration(out, defense, result["params"], result["meta"])
+    path = save_calibration(out, defense, result["params"], result["meta"], merge=merge)
     params = ", ".join(f"{k} = {v:.6g}" for k, v in result["params"].items())
     typer.echo(f"{defense}: {params} (clean budget {clean_budget:g}, {result['meta']['n_rankings']} clean rankings)")
     typer.echo(f"saved to {path}")

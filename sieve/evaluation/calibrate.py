@@ -47,20 +47,31 @@ def load_calibration(path: str | Path | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+def is_calibration_file(path: str | Path) -> bool:
+    """True when ``path`` is a calibration file (a YAML mapping with only ``defenses`` / ``meta``
+    mappings, or empty) — one ``sieve calibrate`` may merge into."""
+    try:
+        data = read_yaml_mapping(Path(path), "calibration file")
+    except Exception:  # noqa: BLE001 - unreadable or not YAML: not ours
+        return False
+    return set(data) <= {"defenses", "meta"} and all(isinstance(v, dict) for v in data.values())
+
+
 def save_calibration(path: str | Path, defense: str, params: dict[str, Any],
-                     meta: dict[str, Any] | None = None) -> Path:
-    """Merge ``params`` for ``defense`` into the calibration file (created if missing)."""
+                     meta: dict[str, Any] | None = None, *, merge: bool = True) -> Path:
+    """Merge ``params`` for ``defense`` into the calibration file (created if missing; replaced
+    instead of merged when ``merge`` is false). Written atomically."""
     import yaml
 
+    from sieve.safe_io import atomic_write_text
+
     p = Path(path)
-    data: dict[str, Any] = read_yaml_mapping(p, "calibration file") if p.is_file() else {}
+    data: dict[str, Any] = read_yaml_mapping(p, "calibration file") if merge and p.is_file() else {}
     data.setdefault("defenses", {})[defense] = {k: _plain(v) for k, v in params.items()}
     if meta:
         data.setdefault("meta", {})[defense] = {k: _plain(v) for k, v in meta.items()}
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=True), encoding="utf-8")
-    tmp.replace(p)
+    atomic_write_text(p, yaml.safe_dump(data, sort_keys=True))
     return p
 
 

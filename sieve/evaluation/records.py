@@ -5,8 +5,8 @@ One line of ``records.jsonl`` per (query, condition, defense), appended and flus
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -45,9 +45,61 @@ def dumps(obj: Any) -> str:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(jsonable(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from sieve.safe_io import atomic_write_text
+
+    atomic_write_text(path, json.dumps(jsonable(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+
+
+#: Key of the run config's own checksum (sha256 of the canonical JSON of every other key).
+CHECKSUM_KEY = "sha256"
+
+
+def config_checksum(cfg: dict[str, Any]) -> str:
+    body = {k: v for k, v in jsonable(cfg).items() if k != CHECKSUM_KEY}
+    canon = json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def write_run_config(path: Path, cfg: dict[str, Any]) -> None:
+    """Write a run's ``config.json`` atomically with its checksum (verified by :func:`read_run_config`)."""
+    body = {k: v for k, v in jsonable(cfg).items() if k != CHECKSUM_KEY}
+    write_json_atomic(path, {**body, CHECKSUM_KEY: config_checksum(body)})
+
+
+def is_run_config(path: Path) -> bool:
+    """True when ``path`` is a ``config.json`` written by ``sieve eval`` (safe to replace)."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and "fingerprint" in obj and "sieve_version" in obj
+
+
+def read_run_config(path: Path) -> dict[str, Any]:
+    """A run's ``config.json``, verified: unreadable, invalid JSON, not an object or a checksum
+    mismatch (damaged or edited) raise :class:`RunError` naming the file. Runs written before the
+    checksum existed have no ``sha256`` key and are read as they are."""
+    path = Path(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: run config is not UTF-8 text (damaged); rerun with --force or use a new --out") from None
+    except IsADirectoryError:
+        raise RunError(f"{path}: is a directory, not a run config") from None
+    except OSError as e:
+        raise RunError(f"{path}: cannot read the run config ({e.strerror or e})") from None
+    try:
+        obj = json.loads(raw)
+    except ValueError as e:
+        raise RunError(f"{path}: run config is not valid JSON ({e}); damaged — rerun with --force "
+                       "or use a new --out") from None
+    if not isinstance(obj, dict):
+        raise RunError(f"{path}: run config must be a JSON object; damaged — rerun with --force or use a new --out")
+    want = obj.get(CHECKSUM_KEY)
+    if want is not None and want != config_checksum(obj):
+        raise RunError(f"{path}: run config checksum mismatch (the file was damaged or edited); "
+                       "rerun with --force or use a new --out")
+    return obj
 
 
 def read_records(run_dir: str | Path, repair: bool = False) -> list[dict[str, Any]]:

@@ -39,7 +39,13 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any], list[
         raise ReportError(f"run directory not found: {d}")
     if not (d / "records.jsonl").exists() and not (d / "summary.json").exists():
         raise ReportError(f"{d} is not a sieve run directory (no records.jsonl / summary.json); run `sieve eval` first")
-    cfg = json.loads((d / "config.json").read_text(encoding="utf-8")) if (d / "config.json").exists() else {}
+    from sieve.evaluation.records import RunError, read_run_config
+
+    try:
+        cfg = read_run_config(d / "config.json") if (d / "config.json").exists() else {}
+    except RunError as e:
+        raise ReportError(str(e).replace("rerun with --force or use a new --out",
+                                         "rerun `sieve eval` with --force")) from None
     records = latest_records(read_records(d))
     if (d / "summary.json").exists():
         try:
@@ -243,7 +249,19 @@ thead {{ background: #f4f4f4; }}
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write ``RUN_DIR/report.html`` (or ``out``) and return its path."""
+    from sieve.safe_io import atomic_write_text
+
     cfg, summary, records = load_run(run_dir)
     path = Path(out) if out else Path(run_dir) / "report.html"
-    path.write_text(build_report_html(cfg, summary, records), encoding="utf-8")
+    atomic_write_text(path, build_report_html(cfg, summary, records))
     return path
+
+
+def is_report_html(path: str | Path) -> bool:
+    """True when ``path`` is a report written by :func:`write_report` (safe to replace)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            head = fh.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return "<title>Sieve run report" in head

@@ -15,7 +15,6 @@ the same path as the CLI and the dashboard.
 """
 from __future__ import annotations
 
-import json
 import logging
 import platform
 import sys
@@ -40,7 +39,8 @@ from sieve.evaluation.records import (
     latest_records,
     read_records,
     record_key,
-    write_json_atomic,
+    read_run_config,
+    write_run_config,
 )
 from sieve.evaluation.summary import SCORED_STATUSES, SUMMARY_KEYS, roc_inputs, summarize_records, write_summary
 from sieve.types import Document, Ranking
@@ -129,8 +129,7 @@ def run_eval(
         log.info("calibration entries for defenses not in this run ignored: %s", unknown_cal)
     defs = _build_defenses(specs, calib)
 
-    run_dir = Path(out)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = _check_run_dir(Path(out), ds, force)
     fingerprint = {
         "format": RUN_FORMAT,
         "dataset_hash": dataset_files_hash(ds.path),
@@ -156,7 +155,7 @@ def run_eval(
             f.unlink(missing_ok=True)
     existing = read_records(run_dir, repair=True)
     if existing and cfg_path.exists():
-        old = json.loads(cfg_path.read_text(encoding="utf-8"))
+        old = read_run_config(cfg_path)
         old_fp = old.get("fingerprint", {})
         diff = sorted(k for k in set(old_fp) | set(fingerprint) if jsonable(old_fp.get(k)) != jsonable(fingerprint.get(k)))
         if diff:
@@ -197,7 +196,7 @@ def run_eval(
         "calibrated": learned,
         "fingerprint": fingerprint,
     }
-    write_json_atomic(cfg_path, cfg)
+    write_run_config(cfg_path, cfg)
 
     generator = None
     if generate:
@@ -217,12 +216,42 @@ def run_eval(
         cfg["calibrated"] = state.learned | learned
         for s in specs:
             cfg["defenses"][s]["params"] = defs[s].get_params()
-        write_json_atomic(cfg_path, cfg)
+        write_run_config(cfg_path, cfg)
         summary = write_summary(run_dir, ds.name, cfg["models"].get("retriever", resources.config.models.retriever),
                                 defense_order=specs, condition_order=[c for c, _ in plan.conditions])
     return summary
 
 
+
+
+def _check_run_dir(run_dir: Path, ds: "Dataset", force: bool) -> Path:
+    """The run directory, created; never the dataset's directory, never over a dataset file, and a
+    ``config.json`` that ``sieve eval`` did not write is replaced only with ``force``."""
+    from sieve.safe_io import UnsafeWriteError, check_output_dir, dataset_files
+
+    ds_path = Path(ds.path)
+    try:
+        check_output_dir(run_dir, protected=[ds_path] if ds_path.is_dir() else [], what="--out run directory")
+    except UnsafeWriteError as e:
+        raise RunError(str(e)) from None
+    ours = {run_dir / n for n in ("config.json", "records.jsonl", "summary.json", "answers.sqlite", "report.html")}
+    clash = [f for f in dataset_files(ds_path) if any(f.resolve() == o.resolve() for o in ours)]
+    if clash:
+        raise RunError(f"refusing to write the run into {run_dir}: {clash[0]} is a file of the dataset; "
+                       "choose another --out")
+    cfg_path = run_dir / "config.json"
+    if cfg_path.is_dir():
+        raise RunError(f"{cfg_path} is a directory; choose another --out")
+    from sieve.evaluation.records import is_run_config
+
+    if cfg_path.exists() and not force and not is_run_config(cfg_path):
+        try:
+            read_run_config(cfg_path)
+        except RunError as e:
+            raise RunError(f"{e}") from None
+        raise RunError(f"{cfg_path} exists and was not written by `sieve eval`; choose another --out, "
+                       "or --force to replace it")
+    return run_dir
 
 
 class _RunState:
@@ -291,7 +320,7 @@ class _RunState:
                     self._prepare(s, cond, view, clean if s in calibrating else None, fit_errors)
                 if calibrating:
                     self.cfg["calibrated"] = {**self.cfg.get("calibrated", {}), **self.learned}
-                    write_json_atomic(self.cfg_path, self.cfg)
+                    write_run_config(self.cfg_path, self.cfg)
                     to_calibrate = []
                 for it in items:
                     want = [s for s in todo if (it.query_id, cond, s) not in self.done]

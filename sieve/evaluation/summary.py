@@ -4,7 +4,6 @@ Metric functions are in :mod:`sieve.evaluation.metrics`; definitions in :func:`s
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -12,7 +11,7 @@ import numpy as np
 
 from sieve.constants import CLEAN, CLEAN_BUDGET
 from sieve.evaluation import metrics as M
-from sieve.evaluation.records import latest_records, read_records, write_json_atomic
+from sieve.evaluation.records import latest_records, read_records, read_run_config, write_json_atomic
 
 #: Decision statuses that mean "the defense examined this document" (removal-rate denominators).
 SCORED_STATUSES = frozenset({"scored", "ran"})
@@ -156,7 +155,7 @@ def write_summary(run_dir: str | Path, dataset: str | None = None, retriever: st
     run_dir = Path(run_dir)
     cfg = {}
     if (run_dir / "config.json").exists():
-        cfg = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        cfg = read_run_config(run_dir / "config.json")
     dataset = dataset if dataset is not None else cfg.get("dataset", {}).get("name", "")
     if retriever is None:
         retriever = cfg.get("models", {}).get("retriever") or cfg.get("models_config", {}).get("retriever", "")
