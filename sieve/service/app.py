@@ -1,0 +1,250 @@
+"""The FastAPI application of ``sieve serve`` (docs/service.md).
+
+A face over the library: ``/v1/filter`` goes through :class:`sieve.experiment.filtering.DocumentFilter`
+(defenses prepared once per spec and parameters by ``prepare_defense``, ledger exclusion, then
+``Defense.apply``), ``/v1/audit`` through ``run_audit`` + ``record_flags``, alerts through
+:class:`sieve.ledger.Ledger`. Models are loaded once when the service starts (:meth:`ServiceState.warm`);
+requests never download anything.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from sieve.service import schemas as S
+from sieve.service.auth import bearer_guard
+from sieve.service.limits import BodySizeLimit, Limits, limit_error
+from sieve.service.metrics import Metrics, MetricsMiddleware
+
+if TYPE_CHECKING:
+    from sieve.experiment import Experiment
+    from sieve.experiment.filtering import DocumentFilter
+
+API_VERSION = "1.0.0"
+_FIELD_PREFIX = re.compile(r"^(query|k_ctx|documents\[(\d+)\]\.(\w+)): ")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": S.ErrorBody, "description": "Missing or wrong bearer token."},
+    413: {"model": S.ErrorBody, "description": "Request body over the size limit."},
+    422: {"model": S.ErrorBody, "description": "Invalid field, unknown defense/parameter or a limit (names the field)."},
+}
+
+
+@dataclass
+class ServiceState:
+    """What the service holds for its lifetime: the experiment over the corpus snapshot loaded at
+    start, the document filter (prepared defenses), the ledger, the limits and the token."""
+
+    experiment: "Experiment"
+    filter: "DocumentFilter"
+    ledger_path: Path
+    limits: Limits = field(default_factory=Limits)
+    token: Optional[str] = None
+    metrics: Metrics = field(default_factory=Metrics)
+    audit_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def build(cls, experiment: "Experiment", *, ledger_path: str | Path, quarantine: str = "open_and_confirmed",
+              limits: Limits | None = None, token: Optional[str] = None, clean_limit: int | None = None
+              ) -> "ServiceState":
+        from sieve.experiment.filtering import DocumentFilter
+
+        f = DocumentFilter(experiment, ledger_path=ledger_path, quarantine=quarantine, clean_limit=clean_limit)
+        return cls(experiment, f, Path(ledger_path), limits or Limits(), token or None)
+
+    def warm(self, defenses: list[str]) -> None:
+        """Load the models and prepare ``defenses`` now (build, fit, clean calibration), so that
+        no request loads a model. A defense that cannot be prepared raises."""
+        self.experiment.base_index()
+        for spec in defenses:
+            self.filter.defense(spec)
+
+
+def _known_defense(spec: str) -> str | None:
+    """The first unknown name of a serial spec, or None when every part is registered."""
+    from sieve.registry import DEFENSES
+
+    names = set(DEFENSES.names())
+    for part in spec.split("+"):
+        if part.strip() not in names:
+            return part.strip()
+    return None
+
+
+def _value_error(e: Exception, default_loc: list[Any]) -> HTTPException:
+    msg = str(e.args[0]) if e.args else str(e)
+    m = _FIELD_PREFIX.match(msg)
+    if m:
+        loc: list[Any] = ["body", "documents", int(m.group(2)), m.group(3)] if m.group(2) else ["body", m.group(1)]
+        return HTTPException(422, detail=[{"loc": loc, "msg": msg, "type": "value_error"}])
+    return HTTPException(422, detail=[{"loc": default_loc, "msg": msg, "type": "value_error"}])
+
+
+def create_app(state: ServiceState) -> FastAPI:
+    """The ASGI app over ``state`` (tests call it directly; ``sieve serve`` runs it under uvicorn)."""
+    app = FastAPI(title="Sieve", version=API_VERSION,
+                  description="Filter knowledge poisoning out of retrieved documents before generation. "
+                              "Document text is untrusted data: it is never rendered or followed.",
+                  responses=ERRORS)
+    app.state.sieve = state
+    guard = [Depends(bearer_guard(state.token))]
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own shape, without echoing the (untrusted, possibly large) input back
+        errs = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+        return JSONResponse({"detail": errs}, status_code=422)
+
+    @app.get("/healthz", response_model=S.Health, tags=["service"])
+    def healthz() -> dict[str, Any]:
+        """Liveness and what the service loaded (no token needed)."""
+        exp = state.experiment
+        return {"status": "ok", "dataset": exp.dataset.name, "documents": len(exp.dataset.documents),
+                "retriever": str(getattr(exp.resources.retriever, "model_id", "")),
+                "ledger": str(state.ledger_path), "quarantine": state.filter.quarantine}
+
+    @app.get("/v1/defenses", response_model=S.DefenseList, dependencies=guard, tags=["filter"])
+    def defenses() -> dict[str, Any]:
+        """Registered defenses and the specs this server has prepared."""
+        from sieve.registry import DEFENSES
+
+        return {"defenses": [{"name": e.name, "summary": e.summary, "needs": list(e.needs)} for e in DEFENSES.entries()],
+                "prepared": state.filter.prepared()}
+
+    @app.post("/v1/filter", response_model=S.FilterResponse, dependencies=guard, tags=["filter"])
+    def filter_documents(req: S.FilterRequest) -> dict[str, Any]:
+        """Decide on each retrieved document (score, threshold, removed, status, reason, layer,
+        compact evidence) and return the final context. Documents quarantined in the ledger
+        (same id and content hash) are excluded before the defense runs."""
+        from sieve.experiment import DefenseSpecError
+        from sieve.experiment.filtering import InputDocument
+
+        state.limits.check_filter(req.query, [d.text for d in req.documents])
+        bad = _known_defense(req.defense)
+        if bad is not None:
+            from sieve.registry import DEFENSES
+
+            raise limit_error(["body", "defense"], f"unknown defense {bad!r}; available: {', '.join(DEFENSES.names())}",
+                              kind="value_error")
+        docs = [InputDocument(d.id, d.text, d.title, d.score) for d in req.documents]
+        try:
+            out = state.filter.filter(req.query, docs, req.defense, req.params, req.k_ctx)
+        except DefenseSpecError as e:
+            raise HTTPException(422, detail=[{"loc": ["body", "params"], "msg": str(e), "type": "value_error"}]) from None
+        except (ValueError, TypeError) as e:
+            raise _value_error(e, ["body"]) from None
+        state.metrics.filtered(req.defense, len(docs), len(out.removed_ids))
+        return out.to_dict()
+
+    @app.post("/v1/audit", response_model=S.AuditResponse, dependencies=guard, tags=["ledger"])
+    def audit(req: S.AuditRequest) -> dict[str, Any]:
+        """RSG audit of the loaded corpus snapshot (clean, or clean + one attack family); flags are
+        recorded as open alerts in the quarantine ledger."""
+        from sieve.experiment import AUDIT_MODES, ExperimentError, record_flags, run_audit
+        from sieve.ledger import Ledger
+
+        if req.mode not in AUDIT_MODES:
+            raise limit_error(["body", "mode"], f"mode must be one of {', '.join(AUDIT_MODES)}; got {req.mode!r}",
+                              kind="value_error")
+        exp = state.experiment
+        with state.audit_lock:
+            try:
+                report = run_audit(exp, req.condition, mode=req.mode)
+            except ExperimentError as e:
+                raise limit_error(["body", "condition"], str(e), kind="value_error") from None
+            added = 0
+            if req.record:
+                with Ledger(state.ledger_path) as led:
+                    _, added = record_flags(report, led, exp.dataset.name)
+        a = report.audit
+        flags = [{"id": a.ids[i], "score": round(float(a.score[i]), 4), "branch": report.branches.get(i, "")}
+                 for i in report.flagged]
+        return {"summary": report.summary, "flags": flags, "recorded": added}
+
+    @app.get("/v1/alerts", response_model=S.AlertList, dependencies=guard, tags=["ledger"])
+    def alerts(state_: Optional[str] = Query(None, alias="state", description="open, confirmed, dismissed or rolled_back"),
+               detector: Optional[str] = Query(None, description="e.g. rsg or manual"),
+               limit: int = Query(500, ge=1, le=10_000, description="At most this many alerts.")) -> dict[str, Any]:
+        """Alerts of the quarantine ledger, newest first, and counts per state."""
+        from sieve.ledger import STATES, Ledger
+
+        if state_ is not None and state_ not in STATES:
+            raise limit_error(["query", "state"], f"state must be one of {', '.join(STATES)}; got {state_!r}",
+                              kind="value_error")
+        with Ledger(state.ledger_path) as led:
+            rows = led.alerts(state=state_, detector=detector, sort="-created", limit=limit)
+            return {"alerts": [_alert(a) for a in rows], "counts": led.counts()}
+
+    @app.post("/v1/alerts", response_model=S.AlertOut, status_code=201, dependencies=guard, tags=["ledger"])
+    def flag(req: S.NewAlert) -> dict[str, Any]:
+        """Quarantine one document by hand (an open alert, detector 'manual'): /v1/filter, the
+        adapters, ``sieve search`` and the dashboard exclude it until it is dismissed or rolled back."""
+        from sieve.ledger import Flag, Ledger, alert_id_for
+        from sieve.types import content_hash
+
+        h = content_hash(req.text)
+        with Ledger(state.ledger_path) as led:
+            led.add_flags([Flag(req.doc_id, h, None, None, {"who": req.who}, req.reason or f"flagged by {req.who}")],
+                          detector="manual")
+            return _alert(led.get(alert_id_for(h, "manual", "", "")))
+
+    def _transition(alert_id: str, new_state: str, t: S.Transition) -> dict[str, Any]:
+        from sieve.ledger import Ledger, LedgerError
+
+        with Ledger(state.ledger_path) as led:
+            try:
+                led.get(alert_id)
+            except LedgerError as e:
+                raise HTTPException(404, detail=str(e)) from None
+            try:
+                return _alert(led.transition(alert_id, new_state, t.who, t.why))
+            except LedgerError as e:
+                status = 422 if "reason" in str(e) else 409
+                loc = ["body", "why"] if status == 422 else ["path", "alert_id"]
+                raise HTTPException(status, detail=[{"loc": loc, "msg": str(e), "type": "ledger"}]) from None
+
+    transition_errors = {404: {"model": S.ErrorBody, "description": "Unknown alert."},
+                         409: {"model": S.ErrorBody, "description": "Transition not allowed from the alert's state."}}
+
+    @app.post("/v1/alerts/{alert_id}/confirm", response_model=S.AlertOut, dependencies=guard, tags=["ledger"],
+              responses=transition_errors)
+    def confirm(alert_id: str, t: S.Transition) -> dict[str, Any]:
+        """open → confirmed (the document stays quarantined)."""
+        return _transition(alert_id, "confirmed", t)
+
+    @app.post("/v1/alerts/{alert_id}/dismiss", response_model=S.AlertOut, dependencies=guard, tags=["ledger"],
+              responses=transition_errors)
+    def dismiss(alert_id: str, t: S.Transition) -> dict[str, Any]:
+        """open → dismissed (the document is no longer excluded)."""
+        return _transition(alert_id, "dismissed", t)
+
+    @app.post("/v1/alerts/{alert_id}/rollback", response_model=S.AlertOut, dependencies=guard, tags=["ledger"],
+              responses=transition_errors)
+    def rollback(alert_id: str, t: S.Transition) -> dict[str, Any]:
+        """confirmed → rolled_back (restores the document); needs a reason in ``why``."""
+        return _transition(alert_id, "rolled_back", t)
+
+    @app.get("/metrics", dependencies=guard, tags=["service"],
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition."}})
+    def metrics() -> Response:
+        """Prometheus metrics: sieve_requests_total, sieve_request_seconds (histogram),
+        sieve_documents_total and sieve_removals_total by defense."""
+        return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+    app.add_middleware(BodySizeLimit, max_bytes=state.limits.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)  # outermost: 413s are counted too
+    return app
+
+
+def _alert(a: Any) -> dict[str, Any]:
+    d = a.to_dict()
+    d["evidence"] = {k: v for k, v in (d.get("evidence") or {}).items()
+                     if isinstance(v, (str, int, float, bool)) or v is None}
+    return d
