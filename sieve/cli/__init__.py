@@ -8,6 +8,7 @@
 * ``evaluate`` – ``sieve eval``, ``sieve report``, ``sieve calibrate``
 * ``bench``    – ``sieve bench ...``
 * ``listing``  – ``sieve list``
+* ``serve``    – ``sieve serve`` (HTTP service)
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import importlib
 
 from sieve.cli._app import app
 
-for _m in ("listing", "data", "models", "attack", "audit", "ledger", "evaluate", "bench"):
+for _m in ("listing", "data", "models", "attack", "audit", "ledger", "evaluate", "bench", "serve"):
     try:
         importlib.import_module(f"sieve.cli.{_m}")
     except ModuleNotFoundError as _e:  # not written yet; tests/test_cli.py requires all of them
