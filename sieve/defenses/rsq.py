@@ -430,6 +430,7 @@ class RSQ(Defense):
     summary = "RAGSieve RSQ: top-5 vs. ranks 6–20 contrast (anchor, script, surprisal, alignment)."
     paper = "RAGSieve RSQ (docs/algorithms.md §3)"
     needs = ("causal_lm", "token_encoder")
+    min_documents = 20   # retrieved documents per query RSQ needs (UNAVAILABLE_REASON); checked by prepare_defense
     presets = {
         "rsq_rescore": {
             "params": {"refill": "rescore"},
