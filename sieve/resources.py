@@ -13,12 +13,13 @@ imports it back (:func:`sieve.index.open_index` / :func:`sieve.index.precompute_
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from sieve.config import MODEL_ROLES, SieveConfig
 from sieve.constants import LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
+from sieve.models import batching
 
 if TYPE_CHECKING:
     from sieve.index.cache import ArtifactCache
@@ -58,6 +59,7 @@ class Resources:
         self._token_encoder = token_encoder
         self._llm = llm
         self._cache = cache
+        self._tokenizer: Any = None
         # a persistent cache is keyed by model id, which identifies weights only for models
         # resolved from the config; injected (test) models get an in-memory cache by default
         self._models_injected = any(m is not None for m in (retriever, judge, self._lm, token_encoder))
@@ -136,15 +138,55 @@ class Resources:
     def lm_trace(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> np.ndarray:
         """Per-token NLL trace of the causal LM (RSQ E_p, perplexity filter), cached per document
         under kind ``nll@<max_tokens>``."""
+        return self.lm_traces([text], max_tokens)[0]
+
+    def lm_traces(self, texts: Sequence[str], max_tokens: int = LM_TRACE_TOKENS) -> list[np.ndarray]:
+        """:meth:`lm_trace` of many texts: cache misses are computed in length-sorted, padded
+        batches (:func:`sieve.models.batching.lm_traces`); hits are read from the cache."""
+        if not texts:
+            return []
         lm = self.causal_lm
-        return self.cache.get_or_compute(
-            f"nll@{max_tokens}", lm.model_id, [text], lambda miss: [lm.token_nll(t, max_tokens)[1] for t in miss]
-        )[0]
+        return self.cache.get_or_compute(f"nll@{max_tokens}", lm.model_id, list(texts),
+                                         lambda miss: batching.lm_traces(lm, miss, max_tokens))
 
     def token_states(self, text: str, max_tokens: int = TOKEN_STATE_TOKENS) -> np.ndarray:
         """Token hidden states for BERTScore (RSQ E_s), cached per document under kind
         ``states@<max_tokens>``."""
+        return self.token_states_many([text], max_tokens)[0]
+
+    def token_states_many(self, texts: Sequence[str], max_tokens: int = TOKEN_STATE_TOKENS,
+                          kind: str = "states") -> list[np.ndarray]:
+        """:meth:`token_states` of many texts, misses computed in length-sorted batches. ``kind``
+        names the cache entry (``"states"`` for documents, ``"query_states"`` for RSQ queries)."""
+        if not texts:
+            return []
         enc = self.token_encoder
-        return self.cache.get_or_compute(
-            f"states@{max_tokens}", enc.model_id, [text], lambda miss: [enc.token_states(t, max_tokens) for t in miss]
-        )[0]
+        return self.cache.get_or_compute(f"{kind}@{max_tokens}", enc.model_id, list(texts),
+                                         lambda miss: batching.token_states(enc, miss, max_tokens))
+
+    def lm_token_strings(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> list[str] | None:
+        """Display strings of the tokens an LM trace scores (positions 2..L), from the causal LM's
+        tokenizer alone: no forward pass, and the LM weights are not loaded when only the
+        tokenizer is needed (traces read from shipped artifacts). ``None`` if the LM has none."""
+        tok = self._lm_tokenizer()
+        if tok is None:
+            return None
+        ids = tok(text, add_special_tokens=False)["input_ids"][:max_tokens]
+        return [tok.decode([t]) for t in ids[1:]]
+
+    def _lm_tokenizer(self) -> Any:
+        if self._lm is not None:
+            return getattr(self._lm, "tokenizer", None)
+        if self._tokenizer is None:
+            from sieve.models.loaders import load_causal_lm_tokenizer
+
+            self._tokenizer = load_causal_lm_tokenizer(self.config.models.causal_lm, self.config)
+        return self._tokenizer
+
+    def causal_lm_id(self) -> str:
+        """The causal LM's model id without loading its weights (cache keys of shipped traces)."""
+        if self._lm is not None:
+            return str(self._lm.model_id)
+        from sieve.models.loaders import causal_lm_model_id
+
+        return causal_lm_model_id(self.config.models.causal_lm)

@@ -55,16 +55,17 @@ def decision_label(dec: Decision | None) -> str:
 def rsq_evidence(ranking: Ranking, resources: "Resources", results: dict[str, DefenseResult]) -> dict[str, dict[str, Any]]:
     """RSQ evidence rows (E_a, E_i, E_p, E_s, traces) per candidate document: from a selected RSQ /
     RSG→RSQ result when present, else computed with :func:`sieve.defenses.rsq.score_candidates`."""
+    from sieve.defenses.rsq import CONTEXT_SIZE, expand_evidence, score_candidates
+
+    text = {d.id: d.text for d in ranking.documents}   # traces are references into the artifact cache
     for res in results.values():
         rows = {d.doc_id: d.evidence for d in res.decisions if d.layer == "RSQ" and "E_a" in d.evidence}
         if rows and any(r.get("survivor_rank") is None for r in rows.values()):
-            return rows
-    from sieve.defenses.rsq import CONTEXT_SIZE, score_candidates
-
+            return {i: expand_evidence(ev, resources, text.get(i)) for i, ev in rows.items()}
     if len(ranking.documents) < CONTEXT_SIZE:
         return {}
     rows_, _ = score_candidates(ranking, resources)
-    return {r.doc_id: r.evidence() for r in rows_}
+    return {r.doc_id: expand_evidence(r.evidence(), resources, text.get(r.doc_id)) for r in rows_}
 
 
 def explore(experiment: "Experiment", query: str, condition: str, defenses: dict[str, "Defense"],

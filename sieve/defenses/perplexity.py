@@ -49,10 +49,16 @@ class Perplexity(Defense):
 
     def score_text(self, text: str, resources: "Resources") -> float | None:
         """exp(mean token NLL); None when the passage has fewer than 2 tokens."""
-        trace = np.asarray(resources.lm_trace(text, self.max_tokens), dtype=np.float64)
-        if trace.size == 0:
-            return None
-        return float(math.exp(min(float(trace.mean()), 700.0)))
+        return self.score_texts([text], resources)[0]
+
+    def score_texts(self, texts: Sequence[str], resources: "Resources") -> list[float | None]:
+        """:meth:`score_text` of many passages; uncached traces are computed in length-sorted
+        batches (``Resources.lm_traces``)."""
+        out: list[float | None] = []
+        for trace in resources.lm_traces(list(texts), self.max_tokens):
+            tr = np.asarray(trace, dtype=np.float64)
+            out.append(None if tr.size == 0 else float(math.exp(min(float(tr.mean()), 700.0))))
+        return out
 
     def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
         thr = self.threshold
@@ -63,8 +69,8 @@ class Perplexity(Defense):
                 "calibrate(clean_rankings, resources) or fit_clean(clean_documents, resources)")
         out = []
         lm_id = getattr(resources.lm, "model_id", "lm")
-        for d in ranking.documents:
-            ppl = self.score_text(d.text, resources)
+        scores = self.score_texts([d.text for d in ranking.documents], resources)
+        for d, ppl in zip(ranking.documents, scores):
             if ppl is None:
                 out.append(Decision(d.id, False, "unavailable", None, thr, {"lm": lm_id},
                                     "too short to score (fewer than 2 tokens); kept", "perplexity"))

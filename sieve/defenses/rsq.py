@@ -303,25 +303,47 @@ _TOKEN_STRINGS: "OrderedDict[tuple[str, str, int], list[str] | None]" = OrderedD
 
 
 def _token_strings(resources: "Resources", text: str, max_tokens: int) -> list[str] | None:
-    """Token strings of the LM trace (positions 2..L) for display, when the LM exposes a tokenizer
-    (no forward pass; memoised per model and text). ``None`` otherwise; NLL values are always present."""
-    lm = resources.lm
-    tok = getattr(lm, "tokenizer", None)
-    if tok is None:
-        return None
-    key = (str(getattr(lm, "model_id", "")), content_hash(text), max_tokens)
+    """Token strings of the LM trace (positions 2..L) for display, from the LM's tokenizer alone
+    (no forward pass, no weights loaded; memoised per model and text). ``None`` when the LM has no
+    tokenizer; NLL values are always available through the trace reference."""
+    key = (resources.causal_lm_id(), content_hash(text), max_tokens)
     if key in _TOKEN_STRINGS:
         _TOKEN_STRINGS.move_to_end(key)
         return _TOKEN_STRINGS[key]
     try:
-        ids = tok(text, add_special_tokens=False)["input_ids"][:max_tokens]
-        out: list[str] | None = [tok.decode([t]) for t in ids[1:]]
+        out = resources.lm_token_strings(text, max_tokens)
     except Exception:  # noqa: BLE001 - token strings are a display aid only
         out = None
     _TOKEN_STRINGS[key] = out
     if len(_TOKEN_STRINGS) > 4096:
         _TOKEN_STRINGS.popitem(last=False)
     return out
+
+
+def trace_ref(resources: "Resources", text: str) -> dict[str, str]:
+    """Where a candidate's NLL trace lives in the artifact cache (docs/design.md): RSQ evidence
+    keeps this reference instead of the trace, so run records stay small (issue 15)."""
+    return {"kind": f"nll@{LM_MAX_TOKENS}", "model_id": resources.causal_lm_id(), "key": content_hash(text)}
+
+
+def expand_evidence(evidence: dict[str, Any], resources: "Resources", text: str | None = None) -> dict[str, Any]:
+    """A copy of RSQ ``evidence`` whose ``surprisal`` carries the trace (``nll``) and, when
+    ``text`` is given, the token strings (``tokens``), read back from the artifact cache through
+    ``surprisal.trace_ref``. Evidence that already holds the trace is returned unchanged; a
+    reference the cache no longer holds gives an empty trace (the scores stay valid)."""
+    s = evidence.get("surprisal")
+    if not isinstance(s, dict) or "nll" in s or not isinstance(s.get("trace_ref"), dict):
+        return evidence
+    ref = s["trace_ref"]
+    arr = resources.cache.get_many(str(ref.get("kind")), str(ref.get("model_id")), [str(ref.get("key"))])
+    trace = arr.get(str(ref.get("key")))
+    nll = [float(v) for v in trace] if trace is not None else []
+    tokens = None
+    if text is not None and nll and s.get("tokens") is None:
+        tokens = _token_strings(resources, text, LM_MAX_TOKENS)
+        if tokens is not None and len(tokens) != len(nll):
+            tokens = None
+    return {**evidence, "surprisal": {**s, "nll": nll, "tokens": tokens}}
 
 
 _BLAS_CONTROLLER: Any = None
@@ -343,7 +365,8 @@ def _single_thread_blas() -> Any:
 
 
 def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float = DECISION_THRESHOLD,
-                     trace_tokens: bool = True) -> tuple[list[CandidateScore], dict[str, float]]:
+                     trace_tokens: bool = True, inline_traces: bool = False
+                     ) -> tuple[list[CandidateScore], dict[str, float]]:
     """Score ranks 1–5 of ``ranking`` against ranks 6–20 (§3.2–3.6). Requires ≥ 20 documents.
 
     Returns the five candidate rows and a per-stage latency breakdown (ms).
@@ -359,17 +382,15 @@ def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float =
     integ = integrity_scores(texts, k)
     t1 = time.perf_counter()
     lat["lexical"] = (t1 - t0) * 1000
-    traces = [np.asarray(resources.lm_trace(t, LM_MAX_TOKENS), dtype=np.float64) for t in texts[:k]]
+    traces = [np.asarray(tr, dtype=np.float64) for tr in resources.lm_traces(texts[:k], LM_MAX_TOKENS)]
     surpr = [surprisal_score(tr) for tr in traces]
     t2 = time.perf_counter()
     lat["surprisal"] = (t2 - t1) * 1000
-    enc = resources.token_encoder
-    qstates = np.asarray(resources.cache.get_or_compute(
-        f"query_states@{QUERY_MAX_TOKENS}", enc.model_id, [ranking.query],
-        lambda miss: [enc.token_states(t, QUERY_MAX_TOKENS) for t in miss])[0], np.float32)
+    qstates = np.asarray(resources.token_states_many([ranking.query], QUERY_MAX_TOKENS, kind="query_states")[0],
+                         np.float32)
     t3 = time.perf_counter()
     lat["query_states"] = (t3 - t2) * 1000
-    states = [np.asarray(resources.token_states(t, DOC_MAX_TOKENS), np.float32) for t in texts]
+    states = [np.asarray(x, np.float32) for x in resources.token_states_many(texts, DOC_MAX_TOKENS)]
     doc_lengths = [int(x.shape[0]) for x in states]
     # one matrix product for all 20 documents, on one BLAS thread: a product this small is
     # dominated by thread hand-off (measured 32 ms with 2 busy threads vs 4 ms single-threaded)
@@ -391,21 +412,20 @@ def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float =
         p_s = midrank_upper_tail(J, tail_j)
         e_s = semantic_score(p_s)
         S = a.score + g["score"] + e_p + e_s
-        tokens = _token_strings(resources, texts[i], LM_MAX_TOKENS) if trace_tokens else None
-        if tokens is not None and len(tokens) != traces[i].size:
-            tokens = None
+        surprisal: dict[str, Any] = {"trace_ref": trace_ref(resources, texts[i]), "ratio": ratio,
+                                     "windows": [asdict(p) for p in profiles]}
+        if inline_traces:
+            tokens = _token_strings(resources, texts[i], LM_MAX_TOKENS) if trace_tokens else None
+            if tokens is not None and len(tokens) != traces[i].size:
+                tokens = None
+            surprisal.update(nll=[float(v) for v in traces[i]], tokens=tokens)
         rows.append(CandidateScore(
             doc_id=docs[i].id, rank=docs[i].rank,
             E_a=a.score, E_i=g["score"], E_p=e_p, E_s=e_s, S=S, flagged=S >= eta_q,
             p_a=a.p, p_i=g["p"], J=J, p_s=p_s,
             anchor={"evidence": a.evidence, "tested": a.tested, "anchors": a.anchors},
             integrity=dict(g),
-            surprisal={
-                "nll": [float(v) for v in traces[i]],
-                "tokens": tokens,
-                "ratio": ratio,
-                "windows": [asdict(p) for p in profiles],
-            },
+            surprisal=surprisal,
             alignment={
                 "f1": [float(v) for v in f1s[i]],
                 "jump_index": jump_at,
@@ -423,7 +443,10 @@ class RSQ(Defense):
     Parameters: ``eta_q`` (decision threshold, 1.0), ``refill`` = ``"paper"`` (default: refill
     from ranks 6+ without rescoring, RS:filtering.py) or ``"rescore"`` (re-run RSQ on the ranking
     with flagged documents removed, up to ``max_rounds`` rounds, until no new flag),
-    ``trace_tokens`` (include LM token strings in the evidence).
+    ``trace_tokens`` (token strings with an expanded or inline trace), ``inline_traces`` (False:
+    the evidence keeps ``surprisal.trace_ref``, a reference into the artifact cache, instead of
+    the per-token NLL trace, which :func:`expand_evidence` reads back; True: the trace and token
+    strings inline, as before — records grow about 10×).
     """
 
     name = "rsq"
@@ -441,12 +464,13 @@ class RSQ(Defense):
     threshold_param = "eta_q"
 
     def __init__(self, eta_q: float = DECISION_THRESHOLD, refill: str = "paper", max_rounds: int = 3,
-                 trace_tokens: bool = True) -> None:
+                 trace_tokens: bool = True, inline_traces: bool = False) -> None:
         if refill not in ("paper", "rescore"):
             raise ValueError(f"rsq: refill must be 'paper' or 'rescore', got {refill!r}")
         if int(max_rounds) < 1:
             raise ValueError("rsq: max_rounds must be >= 1")
-        super().__init__(eta_q=eta_q, refill=refill, max_rounds=max_rounds, trace_tokens=trace_tokens)
+        super().__init__(eta_q=eta_q, refill=refill, max_rounds=max_rounds, trace_tokens=trace_tokens,
+                         inline_traces=inline_traces)
 
     # -- one pass ------------------------------------------------------------------------------
     def score_ranking(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
@@ -456,7 +480,8 @@ class RSQ(Defense):
             return [Decision(d.id, False, "unavailable", threshold=float(self.eta_q),
                              reason=UNAVAILABLE_REASON, layer="RSQ") for d in ranking.documents]
         rows, lat = score_candidates(ranking, resources, eta_q=float(self.eta_q),
-                                     trace_tokens=bool(self.trace_tokens))
+                                     trace_tokens=bool(self.trace_tokens),
+                                     inline_traces=bool(self.inline_traces))
         self.last_latency_ms_ = lat
         out: list[Decision] = []
         for r in rows:

@@ -47,9 +47,11 @@ class HFCausalLM:
         return self.token_nll_many([text], max_tokens=max_tokens, batch_size=1)[0]
 
     def token_nll_many(self, texts: Sequence[str], max_tokens: int = LM_TRACE_TOKENS,
-                       batch_size: int = 8) -> list[tuple[list[str], np.ndarray]]:
-        """Batched :meth:`token_nll` for indexing: length-sorted batches with right padding and
-        an attention mask, so every text gets exactly its unpadded trace (docs/algorithms.md §3.4)."""
+                       batch_size: int = 8, tokens: bool = True) -> list[tuple[list[str], np.ndarray]]:
+        """Batched :meth:`token_nll`: length-sorted batches with right padding and an attention
+        mask, so every text gets its unpadded trace (equal to the one-at-a-time trace within 1e-4,
+        tests/models/test_batching.py; docs/algorithms.md §3.4). ``tokens=False`` skips decoding
+        the token strings (an empty list per text)."""
         import torch
 
         encoded = [self._ids(t, max_tokens) for t in texts]
@@ -75,8 +77,8 @@ class HFCausalLM:
             for row, i in enumerate(batch):
                 n = len(encoded[i])
                 trace = nll[row, : max(0, n - 1)].numpy().astype(np.float32)
-                tokens = [self.tokenizer.decode([t]) for t in encoded[i][1:]]
-                results[i] = (tokens, trace)
+                strings = [self.tokenizer.decode([t]) for t in encoded[i][1:]] if tokens else []
+                results[i] = (strings, trace)
         return [r if r is not None else ([], np.zeros(0, np.float32)) for r in results]
 
     def answer_nll(self, answer: str, context: str) -> float:

@@ -75,6 +75,34 @@ def load_causal_lm(name: str = MODEL_DEFAULTS["causal_lm"], config: SieveConfig 
     return memo(key, make)
 
 
+def causal_lm_model_id(name: str = MODEL_DEFAULTS["causal_lm"]) -> str:
+    """The model id :func:`load_causal_lm` gives ``name``, without loading anything."""
+    return resolve(name, "causal_lm").model_id
+
+
+def load_causal_lm_tokenizer(name: str = MODEL_DEFAULTS["causal_lm"], config: SieveConfig | None = None) -> Any:
+    """The causal LM's tokenizer alone (token strings of shipped traces without loading weights);
+    the loaded model's own tokenizer when the model is already loaded in this process."""
+    cfg = config_or_default(config)
+    res = resolve(name, "causal_lm")
+    loaded = LOADED.get(("causal_lm", res.model_id, str(cfg.cache_dir)))
+    if loaded is not None:
+        return getattr(loaded, "tokenizer", None)
+
+    def make() -> Any:
+        if res.spec is not None:
+            path = ensure_model_dir(res.spec, cfg.cache_dir, "causal_lm")
+        elif res.path is not None and res.path.is_dir():
+            path = res.path
+        else:   # a .gguf file: its tokenizer comes with the dequantised model
+            return getattr(load_causal_lm(name, cfg), "tokenizer", None)
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+    return memo(("causal_lm_tokenizer", res.model_id, str(cfg.cache_dir)), make)
+
+
 def load_token_encoder(name: str = MODEL_DEFAULTS["token_encoder"], layer: int = TOKEN_ENCODER_LAYER,
                        config: SieveConfig | None = None):
     """A BERTScore :class:`~sieve.models.protocols.TokenEncoder`: ``hidden_states[layer]`` of the

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from sieve.defenses.rsq import (RSQ, UNAVAILABLE_REASON, alignment_jump, anchor_scores, integrity_scores,
+from sieve.defenses.rsq import (RSQ, UNAVAILABLE_REASON, alignment_jump, expand_evidence, anchor_scores, integrity_scores,
                                 semantic_score, surprisal_gate, surprisal_profile, surprisal_score,
                                 window_f1, window_starts)
 from sieve.registry import DEFENSES
@@ -255,8 +255,13 @@ def test_real_models_flag_candidates_repeating_a_target_answer(real_resources):
     assert flagged == {"d1", "d2", "d3", "d4", "d5"}
     ev = res.decision_for("d1").evidence
     assert ev["anchor"]["anchors"] == ["rembrandt"] and ev["E_a"] > 0.8   # Simes over its tested tokens
-    assert len(ev["surprisal"]["nll"]) > 10 and ev["surprisal"]["tokens"] is not None
-    assert len(ev["surprisal"]["tokens"]) == len(ev["surprisal"]["nll"])
+    assert "nll" not in ev["surprisal"] and ev["surprisal"]["trace_ref"]["kind"] == "nll@512"   # reference only
+    full = expand_evidence(ev, real_resources, poisons[0])
+    assert len(full["surprisal"]["nll"]) > 10 and full["surprisal"]["tokens"] is not None
+    assert len(full["surprisal"]["tokens"]) == len(full["surprisal"]["nll"])
+    np.testing.assert_allclose(full["surprisal"]["nll"], real_resources.lm_trace(poisons[0]), atol=1e-6)
+    inline = RSQ(inline_traces=True).apply(r, real_resources).decision_for("d1").evidence["surprisal"]
+    assert inline["nll"] == full["surprisal"]["nll"] and inline["tokens"] == full["surprisal"]["tokens"]
     assert ev["alignment"]["f1"] and all(0 <= f <= 1 for f in ev["alignment"]["f1"])
     json.dumps(res.to_dict())
     assert [d.id for d in res.context] == ["d6", "d7", "d8", "d9", "d10"]
