@@ -1,0 +1,138 @@
+"""Backends of the framework adapters: the same decisions in-process or from ``sieve serve``.
+
+* :class:`SieveClient` — a JSON-over-HTTP client of ``sieve serve`` (``POST /v1/filter``); never
+  imports the service.
+* :class:`LocalSieve` — in-process, through :class:`sieve.experiment.filtering.DocumentFilter`
+  (the library path the service uses too).
+
+Both answer :meth:`filter` with the ``/v1/filter`` response as a plain dict (docs/service.md), so
+the LangChain and LlamaIndex adapters do not care which one they hold. Documents quarantined in
+the ledger (same id and content hash) are excluded either way.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+
+from sieve.constants import K_CTX
+
+if TYPE_CHECKING:
+    from sieve.experiment import Experiment
+    from sieve.resources import Resources
+
+
+class SieveError(RuntimeError):
+    """``sieve serve`` refused a request (4xx/5xx); the message carries its answer."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class FilterBackend(Protocol):
+    def filter(self, query: str, documents: Sequence[Mapping[str, Any]], defense: str,
+               params: Mapping[str, Any] | None = None, k_ctx: int | None = K_CTX) -> dict[str, Any]: ...
+
+
+class SieveClient:
+    """Client of a running ``sieve serve``. ``token`` defaults to ``$SIEVE_API_TOKEN``."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 120.0) -> None:
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        tok = token if token is not None else os.environ.get("SIEVE_API_TOKEN") or None
+        headers = {"Authorization": f"Bearer {tok}"} if tok else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        import httpx
+
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise SieveError(f"sieve serve at {self.base_url} unreachable: {e}") from None
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail")
+            except ValueError:
+                detail = r.text[:300]
+            if isinstance(detail, list):
+                detail = "; ".join(f"{'.'.join(str(x) for x in d.get('loc', []))}: {d.get('msg', '')}" for d in detail)
+            raise SieveError(f"sieve serve answered {r.status_code} to {method} {path}: {detail}", r.status_code)
+        return r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
+
+    def filter(self, query: str, documents: Sequence[Mapping[str, Any]], defense: str = "tris",
+               params: Mapping[str, Any] | None = None, k_ctx: int | None = K_CTX) -> dict[str, Any]:
+        body = {"query": query, "documents": [dict(d) for d in documents], "defense": defense,
+                "params": dict(params or {}), "k_ctx": k_ctx}
+        return self._call("POST", "/v1/filter", json=body)
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/healthz")
+
+    def alerts(self, state: str | None = None) -> dict[str, Any]:
+        return self._call("GET", "/v1/alerts", params={"state": state} if state else None)
+
+    def quarantine(self, doc_id: str, text: str, who: str, reason: str = "") -> dict[str, Any]:
+        """Flag one document by hand (an open alert): excluded from every later filter call."""
+        return self._call("POST", "/v1/alerts", json={"doc_id": doc_id, "text": text, "who": who, "reason": reason})
+
+    def transition(self, alert_id: str, action: str, who: str, why: str = "") -> dict[str, Any]:
+        """``action``: confirm, dismiss or rollback (rollback needs ``why``)."""
+        return self._call("POST", f"/v1/alerts/{alert_id}/{action}", json={"who": who, "why": why})
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class LocalSieve:
+    """In-process backend: the defenses of an :class:`~sieve.experiment.Experiment`, prepared once per
+    (spec, params) and calibrated on its clean queries, with the quarantine ledger read per call."""
+
+    def __init__(self, experiment: "Experiment", *, ledger_path: str | Path | None = None,
+                 quarantine: str = "open_and_confirmed", clean_limit: int | None = None) -> None:
+        from sieve.experiment.filtering import DocumentFilter
+
+        self.filterer = DocumentFilter(experiment, ledger_path=ledger_path, quarantine=quarantine,
+                                       clean_limit=clean_limit)
+
+    @classmethod
+    def from_dataset(cls, dataset_dir: str | Path, resources: "Resources | None" = None, *,
+                     ledger_path: str | Path | None = None, quarantine: str = "open_and_confirmed",
+                     clean_limit: int | None = None) -> "LocalSieve":
+        """A backend over a dataset directory (its clean queries calibrate thresholds) with the
+        configured models (``resources``; default: the packaged models, loaded lazily) and the
+        default ledger."""
+        from sieve.corpus import load_dataset
+        from sieve.experiment import Experiment
+        from sieve.ledger import default_ledger_path
+
+        ds = load_dataset(Path(dataset_dir))
+        if resources is None:
+            from sieve.resources import Resources
+
+            resources = Resources()
+        lp = ledger_path if ledger_path is not None else default_ledger_path(resources.config)
+        exp = Experiment(ds, resources, ledger_path=lp, quarantine=quarantine)
+        return cls(exp, ledger_path=lp, quarantine=quarantine, clean_limit=clean_limit)
+
+    def filter(self, query: str, documents: Sequence[Mapping[str, Any]], defense: str = "tris",
+               params: Mapping[str, Any] | None = None, k_ctx: int | None = K_CTX) -> dict[str, Any]:
+        from sieve.experiment.filtering import InputDocument
+
+        docs = [InputDocument(str(d["id"]), str(d["text"]), str(d.get("title") or ""),
+                              None if d.get("score") is None else float(d["score"])) for d in documents]
+        return self.filterer.filter(query, docs, defense, params, k_ctx).to_dict()
+
+
+def backend_for(backend: Any = None, base_url: str | None = None, token: str | None = None) -> FilterBackend:
+    """The backend an adapter uses: ``backend`` as given, else a :class:`SieveClient` of ``base_url``."""
+    if backend is not None and base_url is not None:
+        raise ValueError("give either an in-process backend or base_url, not both")
+    if backend is not None:
+        return backend
+    if base_url:
+        return SieveClient(base_url, token=token)
+    raise ValueError("give backend=LocalSieve(...) (in-process) or base_url='http://127.0.0.1:8765' (sieve serve)")
