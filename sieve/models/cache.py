@@ -6,9 +6,13 @@ Every cache entry is a directory built once and reused:
   never sees a half-written cache);
 * builders hold an exclusive ``fcntl`` lock on ``.<name>.lock``, and re-check after acquiring it,
   so two processes never build the same entry twice or corrupt each other;
-* each entry holds a manifest ``.sieve-cache.json`` listing every file with its size; on load the
-  sizes (and the spec's known sizes, e.g. mpnet ``model.safetensors`` = 437,971,872 B) are checked,
-  and a corrupt or partial entry is moved aside and rebuilt.
+* each entry holds a manifest ``.sieve-cache.json`` listing every file with its size and sha256;
+  on load the sizes (and the spec's known sizes, e.g. mpnet ``model.safetensors`` = 437,971,872 B)
+  and the checksums are verified, and a corrupt or partial entry is moved aside and rebuilt.
+  Files up to :data:`ALWAYS_HASH_BYTES` (configs, tokenizers) are hashed on every load, so
+  same-size damage to ``config.json`` is caught; the weights are re-hashed whenever their stat
+  stamp (size, mtime, inode) differs from the one recorded when they were last verified (any
+  write changes it), which keeps a warm load from reading a gigabyte of weights each time.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ from typing import Callable, Iterator
 from sieve.models.errors import ModelError
 
 MANIFEST = ".sieve-cache.json"
+ALWAYS_HASH_BYTES = 32 * 2**20
+"""Cache files up to this size are hashed on every load; larger ones when their stat stamp changed."""
 
 
 def models_dir(cache_dir: Path) -> Path:
@@ -41,8 +47,9 @@ def say(msg: str) -> None:
 # ---- verification --------------------------------------------------------------------------------
 def cache_problem(entry: Path, expected_sizes: dict[str, int] | None = None,
                   expected_info: dict | None = None) -> str | None:
-    """Why ``entry`` is not a valid cache (None when it is valid). Size checks only: fast.
-    ``expected_info`` are manifest fields that must match (e.g. the saved dtype)."""
+    """Why ``entry`` is not a valid cache (None when it is valid): sizes, then checksums (see the
+    module docstring). ``expected_info`` are manifest fields that must match (e.g. the saved dtype).
+    A manifest from before checksums is upgraded in place once its sizes check out."""
     if not entry.is_dir():
         return "missing"
     mf = entry / MANIFEST
@@ -64,7 +71,58 @@ def cache_problem(entry: Path, expected_sizes: dict[str, int] | None = None,
             return f"file {rel} is missing"
         if actual != int(size):
             return f"file {rel} has {actual} bytes, expected {size}"
+    sums = manifest.get("sha256")
+    if not isinstance(sums, dict):
+        _upgrade_manifest(entry, manifest)
+        return None
+    stamps = manifest.get("stamps") or {}
+    restamp = False
+    for rel in files:
+        p = entry / rel
+        st = p.stat()
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
+        if st.st_size > ALWAYS_HASH_BYTES and stamps.get(rel) == stamp:
+            continue
+        if file_sha256(p) != sums.get(rel):
+            return f"file {rel} fails its checksum (damaged in place)"
+        if st.st_size > ALWAYS_HASH_BYTES:
+            stamps[rel], restamp = stamp, True
+    if restamp:   # verified weights: remember their stamp so the next load skips the full read
+        _write_json_atomic(mf, {**manifest, "stamps": stamps})
     return None
+
+
+def file_sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _stamps_and_sums(entry: Path, files: dict) -> tuple[dict[str, str], dict[str, list[int]]]:
+    sums, stamps = {}, {}
+    for rel in files:
+        p = entry / rel
+        st = p.stat()
+        sums[rel] = file_sha256(p)
+        stamps[rel] = [st.st_size, st.st_mtime_ns, st.st_ino]
+    return sums, stamps
+
+
+def _upgrade_manifest(entry: Path, manifest: dict) -> None:
+    """Add checksums to a manifest written before they existed (sizes already verified)."""
+    try:   # no lock (the caller may hold it): concurrent upgraders write the same content atomically
+        sums, stamps = _stamps_and_sums(entry, manifest["files"])
+        _write_json_atomic(entry / MANIFEST, {**manifest, "sha256": sums, "stamps": stamps})
+    except OSError:   # read-only cache: stays size-checked only
+        pass
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
 
 
 def entry_size(entry: Path) -> int:
@@ -82,7 +140,9 @@ def write_manifest(entry: Path, info: dict | None = None) -> None:
         for p in sorted(entry.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
-    data = {"files": files, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **(info or {})}
+    sums, stamps = _stamps_and_sums(entry, files)
+    data = {"files": files, "sha256": sums, "stamps": stamps, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **(info or {})}
     (entry / MANIFEST).write_text(json.dumps(data, indent=1))
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
+import json
+import os
 import threading
 import time
 import zipfile
@@ -239,6 +241,45 @@ def test_corrupt_cache_is_detected_and_rebuilt(fake_split_zip, cfg, damage, caps
     assert calls["n"] == 2
     assert (again / "model.bin").read_bytes() == payload
     assert "invalid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["config.json", "model.bin"])
+def test_same_size_damage_is_caught_by_checksum_and_rebuilt(fake_split_zip, cfg, target, capsys, monkeypatch):
+    """Issue 14 item 2: bytes changed in place, size unchanged (garbage config.json, zeroed weights)."""
+    spec, payload, calls = fake_split_zip
+    path = models.ensure_model_dir(spec, cfg.cache_dir, progress=False)
+    manifest = json.loads((path / mcache.MANIFEST).read_text())
+    assert set(manifest["sha256"]) == set(manifest["files"])
+    # model.bin plays the weights: larger than the always-hash limit, so it is hashed on stamp change
+    monkeypatch.setattr(mcache, "ALWAYS_HASH_BYTES", 1000)
+    assert mcache.cache_problem(path, spec.expected_sizes) is None        # verified once, stamp recorded
+    original = (path / target).read_bytes()
+    (path / target).write_bytes(b"\0" * len(original))
+    assert (path / target).stat().st_size == len(original)
+    assert "checksum" in mcache.cache_problem(path, spec.expected_sizes)
+    again = models.ensure_model_dir(spec, cfg.cache_dir, progress=False)
+    assert calls["n"] == 2 and (again / target).read_bytes() == original
+    assert "fails its checksum" in capsys.readouterr().err
+
+
+def test_small_files_are_hashed_even_when_their_stamp_is_restored(fake_split_zip, cfg):
+    spec, _, calls = fake_split_zip
+    path = models.ensure_model_dir(spec, cfg.cache_dir, progress=False)
+    cfg_file = path / "config.json"
+    st = cfg_file.stat()
+    cfg_file.write_bytes(b'{"y": 2}')                       # same size as '{"x": 1}'
+    os.utime(cfg_file, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back: still detected
+    assert "config.json fails its checksum" in mcache.cache_problem(path, spec.expected_sizes)
+
+
+def test_manifest_without_checksums_is_upgraded_not_rebuilt(fake_split_zip, cfg):
+    spec, _, calls = fake_split_zip
+    path = models.ensure_model_dir(spec, cfg.cache_dir, progress=False)
+    mf = path / mcache.MANIFEST
+    old = json.loads(mf.read_text())
+    mf.write_text(json.dumps({k: v for k, v in old.items() if k not in ("sha256", "stamps")}))
+    assert mcache.cache_problem(path, spec.expected_sizes) is None and calls["n"] == 1
+    assert json.loads(mf.read_text())["sha256"] == old["sha256"]
 
 
 def test_failed_build_leaves_no_entry_and_no_temp(cfg):
