@@ -78,7 +78,20 @@ def format_table(summary: dict[str, Any]) -> str:
     out = [f"dataset: {summary.get('dataset', '')}   retriever: {summary.get('retriever', '')}",
            line(heads), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
+    notes = degradation_notes(summary)
+    if notes:
+        out += ["", "DEGRADED — these rows are not normal results:"] + [f"  {n}" for n in notes]
     return "\n".join(out)
+
+
+def degradation_notes(summary: dict[str, Any]) -> list[str]:
+    """One line per run warning and per degraded defense × attack row (LLM endpoint errors,
+    unavailable decisions, failed items); empty for a clean run."""
+    notes = [f"warning: {w}" for w in summary.get("warnings", []) or []]
+    for r in summary.get("results", []):
+        for d in r.get("degraded") or []:
+            notes.append(f"{r.get('defense')} × {r.get('attack')}: {d}")
+    return notes
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,7 +213,10 @@ def _caveats(results: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
         "it excludes retrieval and generation.",
         f"{n_err} work item(s) failed and are excluded from the rates (see records.jsonl 'error').",
     ]
-    return ("<h2>What these numbers do not show</h2><ul>" + "".join(f"<li>{x}</li>" for x in notes) + "</ul>"
+    degraded = degradation_notes({"results": results, "warnings": cfg.get("warnings", [])})
+    return (("<h2>Degraded run</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in degraded) + "</ul>"
+             if degraded else "")
+            + "<h2>What these numbers do not show</h2><ul>" + "".join(f"<li>{x}</li>" for x in notes) + "</ul>"
             + ("<h3>Poison-in-context, 95% intervals</h3><ul>" + "".join(items) + "</ul>" if items else ""))
 
 

@@ -128,6 +128,15 @@ def run_eval(
     if unknown_cal:
         log.info("calibration entries for defenses not in this run ignored: %s", unknown_cal)
     defs = _build_defenses(specs, calib)
+    if plan.mode == "retrieval":
+        from sieve.experiment.defenses import DefenseSpecError, check_depth
+
+        for s, d in defs.items():
+            try:
+                check_depth(d, depth)
+            except DefenseSpecError as e:
+                raise RunError(f"{e} (--depth); refusing to report a row that would look like 'none'") from None
+    warnings = _plan_warnings(ds, plan)
 
     run_dir = _check_run_dir(Path(out), ds, force)
     fingerprint = {
@@ -195,6 +204,7 @@ def run_eval(
                      for s in specs},
         "calibrated": learned,
         "fingerprint": fingerprint,
+        "warnings": warnings,
     }
     write_run_config(cfg_path, cfg)
 
@@ -213,6 +223,9 @@ def run_eval(
             state.run(fh, progress)
     finally:
         cfg["models"] = loaded_model_ids(resources)
+        llm_health = _llm_health(resources)
+        if llm_health:
+            cfg["llm_health"] = llm_health
         cfg["calibrated"] = state.learned | learned
         for s in specs:
             cfg["defenses"][s]["params"] = defs[s].get_params()
@@ -222,6 +235,42 @@ def run_eval(
     return summary
 
 
+
+
+def _plan_warnings(ds: "Dataset", plan: Plan) -> list[str]:
+    """Loud notes for a plan that silently lost something (e.g. no clean condition)."""
+    import os
+
+    out: list[str] = []
+    clean_items = dict(plan.conditions).get(CLEAN, [])
+    if not clean_items:
+        root = Path(ds.path)
+        qfile = root / "queries.jsonl" if root.is_dir() else None
+        if qfile is not None and qfile.exists() and not os.access(qfile, os.R_OK):
+            raise RunError(f"{qfile}: cannot read it (permission denied); the clean condition needs it")
+        why = ("queries.jsonl is missing" if qfile is not None and not qfile.exists()
+               else "the dataset has no clean queries")
+        out.append(f"no clean condition: {why} — thresholds cannot be calibrated on clean data and "
+                   "AUROC, det@5% and clean removal are unavailable")
+    return out
+
+
+def _llm_client(resources: "Resources") -> Any | None:
+    """The LLM client if one was loaded (never loads it)."""
+    llm = getattr(resources, "_llm", None)
+    return llm if hasattr(llm, "n_errors") else None
+
+
+def _llm_errors(resources: "Resources") -> int:
+    llm = _llm_client(resources)
+    return int(llm.n_errors) if llm is not None else 0
+
+
+def _llm_health(resources: "Resources") -> dict[str, Any] | None:
+    llm = _llm_client(resources)
+    if llm is None or not hasattr(llm, "health"):
+        return None
+    return {"model": getattr(llm, "model_id", ""), **llm.health()}
 
 
 def _check_run_dir(run_dir: Path, ds: "Dataset", force: bool) -> Path:
@@ -389,6 +438,18 @@ class _RunState:
         if error or ranking is None:
             return rec
         d = self.defs[spec]
+        errors_before = _llm_errors(self.res)
+        try:
+            return self._apply(it, spec, d, ranking, rec)
+        finally:   # endpoint failures during this item (the defense failed open, or generation failed)
+            n = _llm_errors(self.res) - errors_before
+            rec["llm_errors"] = n
+            if n:
+                llm = _llm_client(self.res)
+                rec["llm_last_error"] = getattr(llm, "last_error", "")
+                rec["llm_circuit_open"] = bool(getattr(llm, "circuit_open", False))
+
+    def _apply(self, it: EvalItem, spec: str, d: "Defense", ranking: Ranking, rec: dict[str, Any]) -> dict[str, Any]:
         try:
             t0 = time.perf_counter()
             result = d.apply(ranking, self.res, k_ctx=self.k_ctx)

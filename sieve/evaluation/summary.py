@@ -80,7 +80,10 @@ def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives
       scores in the clean condition;
     * asr / clean_acc (§9.1 normalised substring), f1 / em (§9.2 SQuAD) when answers were generated;
       asr_llm_judge with an LLM judge endpoint;
-    * latency_ms_p50/p95 of the defense call per query.
+    * latency_ms_p50/p95 of the defense call per query;
+    * n_llm_errors: LLM endpoint failures during this row's items (decisions failed open, answers
+      missing), n_unavailable: decisions the defense could not make; ``degraded`` lists in words
+      why the row is not a normal result (empty when it is).
     """
     ok = [r for r in recs if not r.get("error")]
     attacked = attack != CLEAN
@@ -123,6 +126,25 @@ def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives
     row["n_scored_poisons"] = len(own_scored) if attacked else None
     row["n_scored_clean"] = len(clean_scored)
     row["n_negatives"] = len(negatives) if attacked else None
+    row["n_llm_errors"] = sum(int(r.get("llm_errors") or 0) for r in recs)
+    decisions = [dec for r in ok for dec in r.get("decisions", [])]
+    row["n_unavailable"] = sum(1 for dec in decisions if dec.get("status") == "unavailable")
+    degraded = []
+    if row["n_llm_errors"]:
+        n_q = sum(1 for r in recs if r.get("llm_errors"))
+        last = next((r.get("llm_last_error") for r in reversed(recs) if r.get("llm_last_error")), "")
+        breaker = any(r.get("llm_circuit_open") for r in recs)
+        degraded.append(f"{row['n_llm_errors']} LLM endpoint errors on {n_q}/{len(recs)} queries "
+                        f"(affected decisions failed open{'; circuit breaker opened' if breaker else ''})"
+                        + (f": {last}" if last else ""))
+    if decisions and row["n_unavailable"] == len(decisions):
+        reason = next((dec.get("reason") for dec in decisions if dec.get("reason")), "")
+        degraded.append("every decision is 'unavailable' — this row measures nothing" + (f" ({reason})" if reason else ""))
+    elif row["n_unavailable"]:
+        degraded.append(f"{row['n_unavailable']} of {len(decisions)} decisions unavailable")
+    if row["n_errors"]:
+        degraded.append(f"{row['n_errors']} of {len(recs)} items failed")
+    row["degraded"] = degraded
     return row
 
 
@@ -164,6 +186,10 @@ def write_summary(run_dir: str | Path, dataset: str | None = None, retriever: st
                                 defense_order=defense_order or fp.get("defenses"),
                                 condition_order=condition_order or fp.get("attacks"),
                                 budget=float(cfg.get("clean_budget", 0.05)))
+    if cfg.get("warnings"):
+        summary["warnings"] = list(cfg["warnings"])
+    if cfg.get("llm_health"):
+        summary["llm_health"] = cfg["llm_health"]
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
 

@@ -46,6 +46,23 @@ def build_defense(spec: str, params: Mapping[str, Any] | None = None,
     return d
 
 
+def min_documents(defense: "Defense") -> int | None:
+    """Retrieved documents per query the defense needs to decide at all (class attribute
+    ``min_documents``; for a serial spec, the largest of its stages). ``None`` = no minimum."""
+    stages = getattr(defense, "stages", None) or [defense]
+    needs = [int(n) for s in stages if (n := getattr(s, "min_documents", None))]
+    return max(needs) if needs else None
+
+
+def check_depth(defense: "Defense", depth: int) -> None:
+    """Refuse a retrieval depth at which ``defense`` could not decide anything (every decision would
+    be ``unavailable`` and its table row would look like ``none``)."""
+    need = min_documents(defense)
+    if need is not None and int(depth) < need:
+        raise DefenseSpecError(f"{defense.label} needs at least {need} retrieved documents per query; "
+                               f"depth {depth} is too shallow (use a depth >= {need})")
+
+
 def fit_defense(experiment: "Experiment", defense: "Defense", snapshot: "Snapshot | None" = None,
                 condition: str = CLEAN) -> "Defense":
     """Fit a corpus-time detector (RSG) on the snapshot it defends; query-time defenses are returned as is."""
@@ -86,8 +103,10 @@ def prepare_defense(experiment: "Experiment", spec: "str | Defense", *, snapshot
                     clean_limit: int | None = None, k_ctx: int | None = K_CTX) -> "Defense":
     """Build ``spec`` (or take a constructed defense), fit corpus-time detectors on the snapshot of
     ``condition`` (or ``snapshot``), and calibrate an unset threshold on clean rankings
-    (``clean_rankings``, else the experiment's first ``clean_limit`` clean queries)."""
+    (``clean_rankings``, else the experiment's first ``clean_limit`` clean queries). A defense that
+    cannot run at the experiment's depth (:func:`check_depth`) raises :class:`DefenseSpecError`."""
     d = build_defense(spec, params, calibration) if isinstance(spec, str) else spec
+    check_depth(d, experiment.depth)
     fit_defense(experiment, d, snapshot, condition)
     if needs_calibration(d):
         rankings = list(clean_rankings) if clean_rankings is not None else experiment.clean_rankings(clean_limit)
