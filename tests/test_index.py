@@ -190,7 +190,62 @@ def test_broken_workspace_is_rebuilt(tmp_path, emb):
     VectorIndex.open_or_build(corpus(), emb, tmp_path / "ws", progress=False)
     (tmp_path / "ws" / "ids.json").write_text("[not json")
     idx = VectorIndex.open_or_build(corpus(), emb, tmp_path / "ws", progress=False)
+    assert idx.build_report.action == "rebuilt" and "ids.json fails its checksum" in idx.build_report.reason
+    (tmp_path / "ws" / "manifest.json").write_text("{broken")
+    idx = VectorIndex.open_or_build(corpus(), emb, tmp_path / "ws", progress=False)
     assert idx.build_report.action == "rebuilt" and "unreadable" in idx.build_report.reason
+
+
+def _zero_rows(path: Path, rows: slice) -> None:
+    """Same-size damage: overwrite vector rows with zeros in place (the .npy header is kept)."""
+    arr = np.load(path)
+    arr[rows] = 0
+    raw = path.read_bytes()
+    header = len(raw) - arr.nbytes
+    path.write_bytes(raw[:header] + arr.tobytes())
+    assert len(path.read_bytes()) == len(raw)
+
+
+def test_zeroed_vector_rows_are_detected_and_rebuilt(tmp_path, emb):
+    """Issue 14 item 2: zeroed rows made the right passages vanish with exit 0; now the checksum
+    catches them and the index is rebuilt with the correct ranking."""
+    docs = corpus()
+    built = VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    expected = built.search("capital of France", 3)
+    _zero_rows(tmp_path / "ws" / "vectors.f16.npy", slice(0, 8))
+    idx = VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    assert idx.build_report.action == "rebuilt" and "vectors.f16.npy fails its checksum" in idx.build_report.reason
+    assert idx.search("capital of France", 3) == expected
+    assert VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False).build_report.action == "reused"
+
+
+def test_damaged_faiss_file_is_rebuilt_from_verified_vectors(tmp_path, emb, caplog):
+    docs = corpus()
+    built = VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    expected = built.search("tallest mountain", 4)
+    fpath = tmp_path / "ws" / "index.faiss"
+    raw = bytearray(fpath.read_bytes())
+    raw[-64:] = bytes(64)                       # zero the last vector components, same size
+    fpath.write_bytes(bytes(raw))
+    emb.passages.clear()
+    idx = VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    assert idx.build_report.action == "reused" and "index.faiss rebuilt" in idx.build_report.reason
+    assert emb.passages == [] and idx.search("tallest mountain", 4) == expected
+    assert "index.faiss fails its checksum" in caplog.text
+    again = VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    assert again.build_report.reason == "corpus and model unchanged"   # repaired on disk
+
+
+def test_old_manifest_without_checksums_is_upgraded(tmp_path, emb):
+    docs = corpus()
+    VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    mpath = tmp_path / "ws" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    sums = m.pop("sha256")
+    mpath.write_text(json.dumps({**m, "format": 1}))
+    idx = VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    assert idx.build_report.action == "reused"
+    assert json.loads(mpath.read_text())["sha256"] == sums
 
 
 def test_shipped_artifacts_are_copied_when_they_match(tmp_path, emb):
@@ -204,6 +259,20 @@ def test_shipped_artifacts_are_copied_when_they_match(tmp_path, emb):
     np.testing.assert_array_equal(copied.vectors, built.vectors)
     stale = VectorIndex.open_or_build(docs[:5], emb, tmp_path / "ws3", progress=False, artifacts_dir=tmp_path / "ship")
     assert stale.build_report.action == "built" and len(emb.passages) == 5
+
+
+def test_damaged_shipped_vectors_are_rejected_never_used(tmp_path, emb, caplog):
+    docs = corpus()
+    built = VectorIndex.open_or_build(docs, emb, tmp_path / "ws", progress=False)
+    out = export_index_artifacts(built, tmp_path / "ship")
+    before = (out / "vectors.f16.npy").read_bytes()
+    _zero_rows(out / "vectors.f16.npy", slice(2, 4))
+    emb.passages.clear()
+    idx = VectorIndex.open_or_build(docs, emb, tmp_path / "ws2", progress=False, artifacts_dir=tmp_path / "ship")
+    assert idx.build_report.action == "built" and len(emb.passages) == len(docs)
+    np.testing.assert_array_equal(idx.vectors, built.vectors)
+    assert "fails its checksum" in caplog.text
+    assert (out / "vectors.f16.npy").read_bytes() != before      # shipped files are never rewritten
 
 
 # ---- search / rank / views ---------------------------------------------------------------------

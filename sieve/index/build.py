@@ -16,7 +16,7 @@ import numpy as np
 
 from sieve.corpus.dataset import Dataset
 from sieve.index.cache import ArtifactCache
-from sieve.index.storage import atomic_write, safe_name, save_npy
+from sieve.index.storage import CHECKED_FILES, MANIFEST_FORMAT, atomic_write, file_sha256, safe_name, save_npy
 from sieve.index.vector import VectorIndex
 
 if TYPE_CHECKING:
@@ -46,10 +46,11 @@ def export_index_artifacts(index: VectorIndex, directory: str | os.PathLike[str]
     v16 = index.vectors[:n].astype(np.float16)
     if index.workspace is not None and (index.workspace / "vectors.f16.npy").exists():
         v16 = np.load(index.workspace / "vectors.f16.npy", allow_pickle=False)  # exact stored copy
-    manifest = {**index.manifest, "n_docs": n}
+    manifest = {**index.manifest, "n_docs": n, "format": MANIFEST_FORMAT}
     atomic_write(out / "vectors.f16.npy", lambda p: save_npy(p, v16))
     atomic_write(out / "ids.json", lambda p: p.write_text(json.dumps(index.ids[:n], ensure_ascii=False),
                                                           encoding="utf-8"))
+    manifest["sha256"] = {name: file_sha256(out / name) for name in CHECKED_FILES}
     atomic_write(out / "manifest.json", lambda p: p.write_text(json.dumps(manifest, indent=2), encoding="utf-8"))
     return out
 

@@ -23,7 +23,7 @@ from sieve.corpus.hashing import corpus_hash
 from sieve.index.cache import ArtifactCache
 from sieve.index.embedding import embed_documents, finalise, flat_ip, normalise, single_thread_faiss
 from sieve.index.storage import (make_manifest, read_faiss, read_shipped, read_workspace, workspace_lock,
-                                 write_workspace)
+                                 write_faiss, write_workspace)
 from sieve.types import Document, RankedDocument, Ranking
 
 if TYPE_CHECKING:
@@ -138,8 +138,9 @@ class VectorIndex:
         * same model id and corpus hash → reuse (nothing embedded);
         * same model, old corpus is a prefix of the new one → embed only the appended documents;
         * different model id or corpus → rebuild (the reason is logged and in ``build_report``);
-        * nothing persisted yet and ``artifacts_dir/<model>/`` holds matching shipped vectors
-          (verified by corpus hash and model id) → copy them.
+        * nothing usable persisted (none yet, or damaged) and ``artifacts_dir/<model>/`` holds
+          matching shipped vectors (verified by checksum, corpus hash and model id) → copy them;
+        * every file is verified by its sha256 on open (same-size damage → rebuilt, logged).
         """
         t0 = time.perf_counter()
         ws = Path(workspace)
@@ -163,7 +164,7 @@ class VectorIndex:
                     action, reason = "rebuilt", f"retriever changed ({m.get('model_id')} -> {embedder.model_id})"
                 elif m.get("corpus_hash") == full_hash and old_ids == ids:
                     action, reason, n_embedded, v16 = "reused", "corpus and model unchanged", 0, old16
-                    faiss_idx = read_faiss(ws, len(docs), old16.shape[1])
+                    faiss_idx = read_faiss(ws, len(docs), old16.shape[1], m)
                 elif (len(old_ids) < len(docs) and old_ids == ids[: len(old_ids)]
                       and corpus_hash(docs[: len(old_ids)]) == m.get("corpus_hash")):
                     new = docs[len(old_ids):]
@@ -173,7 +174,7 @@ class VectorIndex:
                 else:
                     action, reason = "rebuilt", (f"corpus changed ({m.get('n_docs')} -> {len(docs)} documents, "
                                                  f"content hash differs)")
-            if v16 is None and old is None and artifacts_dir is not None:
+            if v16 is None and not isinstance(old, tuple) and artifacts_dir is not None:
                 shipped = read_shipped(Path(artifacts_dir), embedder.model_id, full_hash, ids)
                 if shipped is not None:
                     v16, action, reason, n_embedded = shipped, "copied", f"shipped vectors in {artifacts_dir}", 0
@@ -188,6 +189,10 @@ class VectorIndex:
                 write_workspace(ws, manifest, v16, ids, faiss_idx)
             else:
                 manifest = {**manifest, "created": old[0].get("created", manifest["created"])}  # type: ignore[index]
+                if faiss_idx is None:   # missing or damaged FAISS file: rebuilt from the verified vectors
+                    faiss_idx = flat_ip(v32)
+                    write_faiss(ws, old[0], faiss_idx)  # type: ignore[index]
+                    reason += "; index.faiss rebuilt from the vectors"
         rep = BuildReport(action, reason, len(docs), n_embedded, time.perf_counter() - t0, ws)
         log.info("index %s: %s (%d documents, %d embedded)", action, reason, len(docs), n_embedded)
         return cls(docs, v32, embedder, manifest, ws, cache, _faiss=faiss_idx, build_report=rep)
