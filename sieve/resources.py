@@ -183,6 +183,19 @@ class Resources:
             self._tokenizer = load_causal_lm_tokenizer(self.config.models.causal_lm, self.config)
         return self._tokenizer
 
+    def artifact_model_ids(self) -> dict[str, str]:
+        """Model id per role whose per-document artifacts are cached (judge, causal_lm,
+        token_encoder), without loading any weights: the keys of shipped artifact packs."""
+        from sieve.models.loaders import embedder_model_id, token_encoder_model_id
+
+        m = self.config.models
+        return {
+            "judge": str(self._judge.model_id) if self._judge is not None else embedder_model_id(m.judge, "judge"),
+            "causal_lm": self.causal_lm_id(),
+            "token_encoder": (str(self._token_encoder.model_id) if self._token_encoder is not None
+                              else token_encoder_model_id(m.token_encoder, m.token_encoder_layer)),
+        }
+
     def causal_lm_id(self) -> str:
         """The causal LM's model id without loading its weights (cache keys of shipped traces)."""
         if self._lm is not None:

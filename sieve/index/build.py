@@ -17,6 +17,7 @@ import numpy as np
 from sieve.corpus.dataset import Dataset
 from sieve.index.cache import ArtifactCache
 from sieve.index.storage import CHECKED_FILES, MANIFEST_FORMAT, atomic_write, file_sha256, safe_name, save_npy
+from sieve.index.shipped import PACK_DIR, seed_from_pack
 from sieve.index.vector import VectorIndex
 
 if TYPE_CHECKING:
@@ -71,9 +72,13 @@ def workspace_dir(dataset: Dataset | str | os.PathLike[str], model_id: str, conf
 
 def open_index(dataset: Dataset, resources: IndexResources, progress: bool = True) -> VectorIndex:
     """The persisted retriever index of ``dataset`` (built or reused) using ``resources.retriever``,
-    its config (workspace) and its artifact cache; shipped ``<dataset>/.artifacts`` are reused."""
+    its config (workspace) and its artifact cache; shipped ``<dataset>/.artifacts`` are reused:
+    the retriever vectors, and the artifact pack (:mod:`sieve.index.shipped`) seeds the cache."""
     embedder = resources.retriever
     ws = workspace_dir(dataset, embedder.model_id, resources.config)
     adir = Path(dataset.path) / ".artifacts" if Path(dataset.path).is_dir() else None
-    return VectorIndex.open_or_build(dataset.documents, embedder, ws, progress=progress,
-                                     cache=resources.cache, artifacts_dir=adir)
+    index = VectorIndex.open_or_build(dataset.documents, embedder, ws, progress=progress,
+                                      cache=resources.cache, artifacts_dir=adir)
+    if adir is not None and (adir / PACK_DIR).is_dir() and hasattr(resources, "artifact_model_ids"):
+        seed_from_pack(dataset, resources)
+    return index

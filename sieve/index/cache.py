@@ -199,6 +199,30 @@ class ArtifactCache:
                 self._remember((kind, model_id, content_hash(text)), arr)
         return stored
 
+    def put_keys(self, kind: str, model_id: str, keys: Sequence[str], arrays: Sequence[np.ndarray]) -> None:
+        """Store arrays under precomputed content-hash ``keys`` (shipped artifact packs,
+        :mod:`sieve.index.shipped`); stored as given (float16 comes back as float32)."""
+        if len(keys) != len(arrays):
+            raise ValueError(f"put_keys: {len(keys)} keys but {len(arrays)} arrays")
+        now = time.time()
+        values = [_readonly(np.array(a)) for a in arrays]
+        with self._lock:
+            if self.path is not None and keys:
+                rows = [(kind, model_id, k, _to_blob(np.asarray(a)), int(np.asarray(a).nbytes), now)
+                        for k, a in zip(keys, arrays)]
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO artifacts (kind, model_id, key, data, nbytes, created) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", rows)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            for k, v in zip(keys, values):
+                self._remember((kind, model_id, k), v)
+
     def get_or_compute(self, kind: str, model_id: str, texts: Sequence[str],
                        compute_batch: Callable[[list[str]], Sequence[np.ndarray]],
                        store_dtype: Any = None) -> list[np.ndarray]:

@@ -26,10 +26,13 @@ class ArtifactSource(Protocol):
 
     def judge_embeddings(self, texts: list[str]) -> np.ndarray: ...
 
-    def lm_trace(self, text: str, max_tokens: int = ...) -> np.ndarray: ...
+    def lm_traces(self, texts: Sequence[str], max_tokens: int = ...) -> list[np.ndarray]: ...
 
-    def token_states(self, text: str, max_tokens: int = ...) -> np.ndarray: ...
+    def token_states_many(self, texts: Sequence[str], max_tokens: int = ..., kind: str = ...) -> list[np.ndarray]: ...
 
+
+CHUNK = 64
+"""Passages per cached batch call while precomputing (the models batch within it)."""
 
 PRECOMPUTE_KINDS = ("retriever", "judge", "lm", "states")
 """Artifact kinds :func:`precompute_artifacts` can fill."""
@@ -42,7 +45,8 @@ def precompute_artifacts(documents: Sequence[Document], resources: ArtifactSourc
     """Fill the artifact cache with query-independent per-document features so that query-time
     defenses only read them. Keys follow the :class:`~sieve.resources.Resources` helpers on
     ``Document.text`` (what :class:`~sieve.types.RankedDocument` carries): ``judge`` →
-    ``judge_embeddings``, ``lm`` → ``lm_trace``, ``states`` → ``token_states``; ``retriever`` →
+    ``judge_embeddings``, ``lm`` → ``lm_traces``, ``states`` → ``token_states_many`` (batched:
+    chunks of :data:`CHUNK` passages per call, one progress step each); ``retriever`` →
     retriever embeddings of ``model_text()`` (used by :meth:`VectorIndex.with_documents`).
     Returns the number of documents processed per kind."""
     from tqdm.auto import tqdm
@@ -56,16 +60,18 @@ def precompute_artifacts(documents: Sequence[Document], resources: ArtifactSourc
     for kind in kinds:
         if kind == "retriever":
             embed_documents(docs, resources.retriever, resources.cache, progress, "retriever embeddings")
-        elif kind == "judge":
-            with tqdm(total=len(texts), desc="judge embeddings", unit="doc", disable=not progress, leave=False) as bar:
-                for i in range(0, len(texts), 64):
-                    resources.judge_embeddings(texts[i : i + 64])
-                    bar.update(len(texts[i : i + 64]))
         else:
-            fn = (lambda t: resources.lm_trace(t, lm_max_tokens)) if kind == "lm" else \
-                 (lambda t: resources.token_states(t, states_max_tokens))
-            label = "LM surprisal traces" if kind == "lm" else "token states"
-            for t in tqdm(texts, desc=label, unit="doc", disable=not progress, leave=False):
-                fn(t)
+            label = {"judge": "judge embeddings", "lm": "LM surprisal traces", "states": "token states"}[kind]
+            by_length = sorted(dict.fromkeys(texts), key=len)   # homogeneous chunks: little padding
+            with tqdm(total=len(by_length), desc=label, unit="doc", disable=not progress, leave=False) as bar:
+                for i in range(0, len(by_length), CHUNK):
+                    chunk = by_length[i : i + CHUNK]
+                    if kind == "judge":
+                        resources.judge_embeddings(chunk)
+                    elif kind == "lm":
+                        resources.lm_traces(chunk, lm_max_tokens)
+                    else:
+                        resources.token_states_many(chunk, states_max_tokens)
+                    bar.update(len(chunk))
         done[kind] = len(docs)
     return done

