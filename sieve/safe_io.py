@@ -37,6 +37,18 @@ def _same(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
+#: File names of a Sieve dataset directory (sieve/corpus loaders); never replaced by any command.
+DATASET_FILE_NAMES = ("corpus.jsonl", "queries.jsonl", "attacks.jsonl", "targets.jsonl", "contexts.jsonl",
+                      "qrels.jsonl", "qrels.tsv")
+
+
+def in_a_dataset(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is one of the dataset files of a directory that holds a ``corpus.jsonl``
+    (protected even when the command was not given that dataset)."""
+    p = Path(path)
+    return p.name in DATASET_FILE_NAMES and (p.parent / "corpus.jsonl").is_file()
+
+
 def dataset_files(dataset_path: str | os.PathLike[str]) -> list[Path]:
     """Every file that belongs to a dataset: the file itself for a single-file corpus, else the
     data files of the directory and of its sub-directories (``qrels/``, BEIR layouts)."""
@@ -54,12 +66,15 @@ def dataset_files(dataset_path: str | os.PathLike[str]) -> list[Path]:
 
 
 def check_output(path: str | os.PathLike[str], *, force: bool = False, protected: Iterable[str | os.PathLike[str]] = (),
-                 own: Callable[[Path], bool] | None = None, what: str = "output") -> Path:
+                 own: Callable[[Path], bool] | None = None, what: str = "output",
+                 dataset_file_ok: bool = False) -> Path:
     """Validate ``path`` as a file a command is about to (over)write; returns it as a ``Path``.
 
     * a directory, or a parent that is a file → error;
     * one of ``protected`` (dataset files, the ledger) → error, even with ``force``;
     * an existing file → error unless ``force`` or ``own(path)`` says the command wrote it.
+    A file of a dataset directory (:func:`in_a_dataset`) is refused too, unless ``dataset_file_ok``
+    (``sieve attack --append-to DATASET/attacks.jsonl``, whose purpose is to merge into it).
     Missing parent directories are created."""
     p = Path(path)
     if p.is_dir():
@@ -68,6 +83,9 @@ def check_output(path: str | os.PathLike[str], *, force: bool = False, protected
         if _same(p, Path(q)):
             raise UnsafeWriteError(f"refusing to write {what} to {p}: it is part of the dataset or ledger "
                                    "this command reads; choose another path")
+    if p.exists() and in_a_dataset(p) and not dataset_file_ok:
+        raise UnsafeWriteError(f"refusing to write {what} to {p}: it is a file of the dataset in {p.parent} "
+                               "(never replaced, not even with --force); choose another path")
     for anc in [p.parent, *p.parent.parents]:
         if anc.exists():
             if not anc.is_dir():

@@ -61,6 +61,7 @@ def attack_command(
                      own=lambda p: _only_family(p, attack))
     if append_to is not None:
         check_output(append_to, force=True, what="--append-to",
+                     dataset_file_ok=append_to.name.startswith("attacks"),
                      protected=[f for f in ds_files if not f.name.startswith("attacks")])
         _read_attack_lines(append_to)   # a malformed file fails before any generation work
     cfg = SieveConfig.load(config)

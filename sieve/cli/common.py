@@ -2,7 +2,8 @@
 
 Commands build an :class:`~sieve.experiment.Experiment` here and take every ranking, snapshot and
 defense from it (docs/architecture.md). The hidden retriever name ``tiny-hashing`` turns every
-model role into a tiny in-process model (tests, smoke checks).
+model role into a tiny in-process model (tests, smoke checks) — except the LLM when an
+OpenAI-compatible endpoint is configured, which stays real (endpoint chaos tests).
 """
 from __future__ import annotations
 
@@ -72,7 +73,12 @@ def make_resources(cfg: "SieveConfig", ds: "Dataset | None" = None) -> "Resource
     if cfg.models.retriever == TESTING_RETRIEVER:
         from sieve.testing_models import tiny_resources
 
-        return tiny_resources(cfg, [d.text for d in ds.documents] if ds is not None else (), cache=cache)
+        llm = None
+        if cfg.llm.enabled and cfg.llm.resolved_base_url():   # a configured endpoint is real, even here
+            from sieve.models.loaders import load_llm
+
+            llm = load_llm(cfg)
+        return tiny_resources(cfg, [d.text for d in ds.documents] if ds is not None else (), llm=llm, cache=cache)
     from sieve.resources import Resources
 
     return Resources(cfg, cache=cache)

@@ -133,10 +133,11 @@ def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives
     if row["n_llm_errors"]:
         n_q = sum(1 for r in recs if r.get("llm_errors"))
         last = next((r.get("llm_last_error") for r in reversed(recs) if r.get("llm_last_error")), "")
+        last = last if len(last) <= 200 else last[:199] + "…"
         breaker = any(r.get("llm_circuit_open") for r in recs)
         degraded.append(f"{row['n_llm_errors']} LLM endpoint errors on {n_q}/{len(recs)} queries "
                         f"(affected decisions failed open{'; circuit breaker opened' if breaker else ''})"
-                        + (f": {last}" if last else ""))
+                        + (f"; last failure: {last}" if last else ""))
     if decisions and row["n_unavailable"] == len(decisions):
         reason = next((dec.get("reason") for dec in decisions if dec.get("reason")), "")
         degraded.append("every decision is 'unavailable' — this row measures nothing" + (f" ({reason})" if reason else ""))

@@ -37,11 +37,14 @@ class _Counted:
     n_short_circuited: int = 0
     last_error: str = ""
 
-    def _count(self, error: str | None) -> None:
+    def _count(self, error: str | None, short_circuit: bool = False) -> None:
         self.n_calls += 1
         if error is not None:
             self.n_errors += 1
-            self.last_error = error
+            if short_circuit:
+                self.n_short_circuited += 1
+            else:   # the last real endpoint failure (a refused call repeats it, never nests it)
+                self.last_error = error
 
     def health(self) -> dict[str, Any]:
         """Counters since the client was created (calls, errors, calls refused by the breaker)."""
@@ -99,9 +102,9 @@ class OpenAIChatClient(_Counted):
             self.consecutive_failures = 0
             self._opened_at = None
 
-    def _fail(self, message: str) -> LLMError:
+    def _fail(self, message: str, short_circuit: bool = False) -> LLMError:
         msg = self._scrub(message)
-        self._count(msg)
+        self._count(msg, short_circuit)
         return LLMError(msg)
 
     def generate(self, prompt: str, system: str | None = None, max_tokens: int = 128,
@@ -109,10 +112,9 @@ class OpenAIChatClient(_Counted):
         """One chat completion (see :meth:`_generate`), counted; refused at once while the circuit
         breaker is open."""
         if self.circuit_open:
-            self.n_short_circuited += 1
-            raise self._fail(f"LLM endpoint {self.base_url} skipped: circuit breaker open after "
-                             f"{self.consecutive_failures} consecutive failures ({self.last_error or 'errors'}); "
-                             f"retrying after {self.breaker_cooldown_s:g} s")
+            raise self._fail(f"circuit breaker open after {self.consecutive_failures} consecutive failures, "
+                             f"endpoint not called (last failure: {self.last_error or 'unknown'})",
+                             short_circuit=True)
         try:
             out = self._generate(prompt, system, max_tokens, temperature, json_mode)
         except LLMError as e:
