@@ -26,6 +26,11 @@ def index_command(
     with_attacks: bool = typer.Option(False, "--with-attacks",
                                       help="Also embed the documents of every attack family in attacks.jsonl "
                                            "(cached, so later searches and evaluations start instantly)."),
+    precompute: bool = typer.Option(False, "--precompute",
+                                    help="Also compute the per-document artifacts the defenses read at query "
+                                         "time (judge embeddings, LM surprisal traces, token states) for the "
+                                         "corpus, and for the attack documents with --with-attacks, in batches "
+                                         "with a progress bar, so the first query is fast."),
     config_file: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Embed a dataset's corpus with the retriever and store the search index.
@@ -58,6 +63,15 @@ def index_command(
             exp.snapshot(fam)
             typer.echo(f"attack     {fam}: {len(docs)} documents, {len(set(keys) - set(cached))} embedded "
                        f"in {time.perf_counter() - t1:.1f} s")
+    if precompute:
+        from sieve.index import precompute_artifacts
+
+        docs = list(ds.documents) + ([d for f in ds.attack_families() for d in ds.attack_documents(f)]
+                                     if with_attacks else [])
+        t1 = time.perf_counter()
+        precompute_artifacts(docs, exp.resources, kinds=("judge", "lm", "states"), progress=True)
+        typer.echo(f"precompute judge embeddings, LM traces, token states: {len(docs)} documents "
+                   f"in {time.perf_counter() - t1:.1f} s")
     typer.echo(f"workspace  {index.workspace}")
     typer.echo(f"total      {time.perf_counter() - t0:.1f} s")
 
