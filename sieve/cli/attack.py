@@ -69,6 +69,8 @@ def attack_command(
         cfg.models.retriever = retriever  # the judge is irrelevant here; no judge≠retriever check needed
     try:
         recipe = entry.create(**params)
+        if "data" in entry.param_names() and not recipe.data:   # near_duplicate, judge_aware read the dataset
+            recipe.set_params(data=str(dataset_dir))
         targets = load_targets(dataset_dir)
         if limit is not None:
             targets = targets[:limit]
