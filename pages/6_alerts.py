@@ -1,11 +1,13 @@
-"""Alerts: the quarantine ledger as a triage queue — filter, inspect evidence, confirm / dismiss /
-roll back with a reason, export CSV."""
+"""Alerts: the quarantine ledger as a triage queue — ordered by a continuous priority, each flag with
+a plain reason, likely-false-positive hints and a readable evidence table; confirm / dismiss / roll
+back (reason + confirmation) one alert or in bulk; export CSV. Widget state is keyed by alert id."""
 import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import alerts as A
 from sieve.dashboard import session as S
 from sieve.dashboard import state
+from sieve.dashboard.safe import md
 
 state.init_state()
 state.sidebar_status()
@@ -13,40 +15,63 @@ st.title("Alerts — quarantine ledger")
 
 ACTIONS = {"confirmed": "Confirm (keep quarantined)", "dismissed": "Dismiss (false alarm)",
            "rolled_back": "Roll back (restore to retrieval)", "open": "Reopen"}
+STATE_HELP = {
+    "open": "Flagged and not reviewed yet. Open alerts keep their document out of retrieval.",
+    "confirmed": "An analyst confirmed the poison: the document stays out of retrieval.",
+    "dismissed": "An analyst judged it a false alarm: the document is back in retrieval.",
+    "rolled_back": "A confirmed quarantine was undone: the document is back in retrieval.",
+}
+SEL = "al_selected"          # the selected alert id (survives label changes and reruns)
+FLASH = "al_flash"           # message shown once after an action
+NEXT = "al_next"             # where the selection goes when the acted-on alert leaves the filtered list
+
 
 with state.page_guard("Alerts"):
+    from sieve.experiment.explain import TERMS, alert_explanation, evidence_table, neighbour_table
     from sieve.ledger import STATES, TRANSITIONS, LedgerError
 
     led = state.ledger()
+    ds = state.dataset()
+    conds = S.conditions(ds)
+    flash = st.session_state.pop(FLASH, None)
+    if flash:
+        st.success(md(flash))
+
+    with st.expander("Add alerts from an RSG audit", expanded=not led.counts()):
+        cond = st.selectbox("Snapshot", conds, key="al_cond", index=conds.index(conds[1]) if len(conds) > 1 else 0,
+                            help="clean corpus, or clean corpus + every poison of one attack family")
+        if st.button("Audit and record flags", key="al_audit"):
+            report = state.audit(cond, progress=True)
+            n, added = A.record_audit_flags(report, ds.name, led)
+            st.session_state[FLASH] = (f"RSG audit of {cond}: {n} flags, {added} new alerts "
+                                       f"({n - added} were already in the ledger).")
+            st.rerun()
+
     counts = led.counts()
     m = st.columns(len(STATES))
     for col, s in zip(m, STATES):
-        col.metric(s.replace("_", " "), counts.get(s, 0))
-    st.caption(f"Ledger: {led.path}")
+        col.metric(s.replace("_", " "), counts.get(s, 0), help=STATE_HELP[s])
+    st.caption("Ledger: " + md(led.path))
     if sum(counts.values()) == 0:
-        st.info("No alerts yet. Run the RSG audit and record its flags (also on *Corpus & index*).")
-    ds = state.dataset()
-    conds = S.conditions(ds)
-    with st.expander("Add alerts from an RSG audit", expanded=sum(counts.values()) == 0):
-        cond = st.selectbox("Snapshot", conds, key="al_cond",
-                            index=conds.index(conds[1]) if len(conds) > 1 else 0)
-        if st.button("Audit and record flags", key="al_audit"):
-            with st.spinner("Auditing…"):
-                n, added = A.record_audit_flags(state.audit(cond), ds.name, led)
-            st.success(f"{n} flags, {added} new alerts.")
-            counts = led.counts()
+        st.info("No alerts yet. Run the RSG audit above and record its flags (also on *Corpus & index*).")
+        st.stop()
 
     f1, f2, f3, f4 = st.columns(4)
     detectors = sorted({a.detector for a in led.alerts()})
     det = f1.selectbox("Detector", ["all", *detectors], key="al_det")
     stt = f2.selectbox("State", ["all", *STATES], key="al_state")
-    min_score = f3.number_input("Min score", value=0.0, step=0.1, key="al_min")
-    sort = f4.selectbox("Sort", ["-score", "score", "-created", "created", "doc"], key="al_sort")
-    filters = {"detector": None if det == "all" else det, "state": None if stt == "all" else stt,
-               "min_score": min_score if min_score > 0 else None, "sort": sort}
-    alerts = led.alerts(**filters)
+    min_prio = f3.number_input("Min priority", min_value=0.0, max_value=1.0, value=0.0, step=0.05, key="al_min",
+                               help=TERMS["priority"])
+    sort = f4.selectbox("Order", list(A.SORTS), key="al_sort", help=TERMS["priority"])
+    filters = {"detector": None if det == "all" else det, "state": None if stt == "all" else stt}
+    alerts = [a for a in A.sorted_alerts(led.alerts(**filters), A.SORTS[sort]) if A.priority(a) >= min_prio]
     if alerts:
-        st.dataframe(A.alerts_frame(alerts), hide_index=True, width="stretch", height=300)
+        st.dataframe(A.alerts_frame(alerts), hide_index=True, width="stretch", height=300,
+                     column_config={"priority": st.column_config.NumberColumn("priority", help=TERMS["priority"],
+                                                                              format="%.3f"),
+                                    "false-positive hints": st.column_config.NumberColumn(
+                                        "false-positive hints", help="How many signs suggest a clean passage "
+                                                                     "(each lowers the priority by 30 %)")})
     else:
         st.caption("No alerts match these filters.")
     st.download_button("Export CSV", A.alerts_csv(led, **filters), file_name="sieve-alerts.csv", mime="text/csv",
@@ -54,48 +79,77 @@ with state.page_guard("Alerts"):
     if not alerts:
         st.stop()
 
+    with st.expander(f"Bulk action on the {len(alerts)} alerts listed above"):
+        b1, b2 = st.columns([1, 2])
+        bulk_to = b1.selectbox("Move to", ["confirmed", "dismissed"], key="al_bulk_to",
+                               format_func=lambda s: ACTIONS[s])
+        bulk_why = b2.text_input("Reason (required, recorded for every alert)", key="al_bulk_why")
+        movable = [a.alert_id for a in alerts if bulk_to in TRANSITIONS[a.state]]
+        bulk_ok = st.checkbox(f"Yes, move {len(movable)} alert(s) to {bulk_to}", key="al_bulk_ok")
+        if st.button("Apply to all listed", key="al_bulk_go", disabled=not (bulk_ok and bulk_why.strip() and movable)):
+            n, errs = A.bulk_transition(led, movable, bulk_to, st.session_state.get("analyst", "analyst"), bulk_why)
+            st.session_state[FLASH] = f"{n} alert(s) moved to {bulk_to}." + (f" {len(errs)} skipped." if errs else "")
+            st.rerun()
+
     st.subheader("Triage")
     ids = [a.alert_id for a in alerts]
-    aid = st.selectbox("Alert", ids, key="al_pick",
-                       format_func=lambda i: next(f"{a.alert_id} · {a.doc_id} · {a.state}" for a in alerts if a.alert_id == i))
+    by_id = {a.alert_id: a for a in alerts}
+    if st.session_state.get(SEL) not in by_id:
+        nxt = st.session_state.get(NEXT)
+        st.session_state[SEL] = nxt if nxt in by_id else ids[0]
+    aid = st.selectbox("Alert", ids, index=ids.index(st.session_state[SEL]), key="al_pick",
+                       format_func=lambda i: f"{by_id[i].doc_id} · {by_id[i].state} · priority "
+                                             f"{A.priority(by_id[i]):.2f}")
+    if aid != st.session_state[SEL]:
+        st.session_state[SEL] = aid
     alert = led.get(aid)
+    ex = alert_explanation(alert.evidence or {})
     c1, c2 = st.columns([3, 2])
     with c1:
-        st.write(f"**{alert.doc_id}** — {alert.detector}, score {alert.score if alert.score is None else round(alert.score, 4)}"
-                 f" (threshold {alert.threshold}), state **{alert.state}**")
-        st.caption("Reason:")
-        st.text(alert.reason)
-        doc_text = None
-        try:
-            doc_text = ds.doc_by_id(alert.doc_id).text
-        except KeyError:
-            for fam in ds.attack_families():
-                hit = next((d for d in ds.attack_documents(fam) if d.id == alert.doc_id), None)
-                if hit is not None:
-                    doc_text = hit.text
-                    break
+        st.caption(f"Document {md(alert.doc_id)} · detector {md(alert.detector)} · state {md(alert.state)} · "
+                   f"priority {ex.priority:.2f}")
+        st.caption("Why it was flagged:")
+        st.text(ex.reason if ex.priority > 0 else alert.reason)
+        if ex.hints:
+            st.warning("Possibly a false positive:\n\n" + "\n".join(f"- {md(h)}" for h in ex.hints))
         st.caption("Document text (verbatim):")
+        doc_text = A.find_document_text(ds, alert.doc_id)
         st.text(doc_text if doc_text is not None else "(document not in the current dataset)")
-        with st.expander("Evidence"):
-            ev = dict(alert.evidence)
-            st.json({k: v for k, v in ev.items() if k not in ("kept", "dropped")})
-            for part in ("kept", "dropped"):
-                if ev.get(part):
-                    st.write(f"{part} neighbours")
-                    st.dataframe(pd.DataFrame(ev[part]), hide_index=True)
+        st.caption("Evidence")
+        ev = dict(alert.evidence or {})
+        st.dataframe(pd.DataFrame(evidence_table(ev)), hide_index=True, width="stretch",
+                     column_config={"meaning": st.column_config.TextColumn("meaning", width="large")})
+        nb = neighbour_table(ev)
+        if nb:
+            st.caption("Neighbours (similarity and word overlap rounded to 3 decimals)")
+            st.dataframe(pd.DataFrame(nb), hide_index=True, width="stretch",
+                         column_config={"similarity": st.column_config.NumberColumn(help=TERMS["similarity"]),
+                                        "jaccard": st.column_config.NumberColumn(help=TERMS["jaccard"])})
     with c2:
         allowed = sorted(TRANSITIONS[alert.state])
         who = st.text_input("Analyst", value=st.session_state.get("analyst", "analyst"), key="al_who")
         st.session_state["analyst"] = who
-        why = st.text_input("Reason for the decision", key="al_why")
+        why = st.text_input("Reason for the decision", key=f"al_why_{aid}",
+                            help="Recorded in the alert's history. Required to roll back a confirmed quarantine.")
         for new in allowed:
-            if st.button(ACTIONS.get(new, new), key=f"al_do_{new}"):
+            needs_confirm = new == "rolled_back"
+            ok = True
+            if needs_confirm:
+                ok = st.checkbox("I confirm: restore this document to retrieval", key=f"al_rb_ok_{aid}")
+                ok = ok and bool(why.strip())
+                if not why.strip():
+                    st.caption("Rolling back needs a reason and the confirmation above.")
+            if st.button(ACTIONS.get(new, new), key=f"al_do_{new}", disabled=not ok):
                 try:
                     led.transition(aid, new, who, why)
-                    st.success(f"{aid} → {new}")
-                    st.rerun()
                 except LedgerError as e:
-                    st.error(str(e))
+                    st.error(md(e))
+                else:
+                    st.session_state[FLASH] = f"{alert.doc_id}: {alert.state} → {new}."
+                    st.session_state[SEL] = aid
+                    pos = ids.index(aid)
+                    st.session_state[NEXT] = ids[pos + 1] if pos + 1 < len(ids) else (ids[pos - 1] if pos else None)
+                    st.rerun()
         st.caption("History")
         st.dataframe(pd.DataFrame([{"from": h.from_state, "to": h.to_state, "who": h.who, "why": h.why,
                                     "at": pd.to_datetime(h.at, unit="s").strftime("%Y-%m-%d %H:%M")}

@@ -1,6 +1,7 @@
 """Corpus audit and triage for the Corpus and Alerts pages (RSG via :mod:`sieve.experiment.audit`)."""
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -14,11 +15,12 @@ if TYPE_CHECKING:
     from sieve.experiment import AuditReport, Experiment
 
 
-def audit(experiment: "Experiment", condition: str) -> "AuditReport":
-    """RSG over the condition's snapshot (:func:`sieve.experiment.run_audit`, the same path as ``sieve audit``)."""
+def audit(experiment: "Experiment", condition: str, on_progress: Any = None) -> "AuditReport":
+    """RSG over the condition's snapshot (:func:`sieve.experiment.run_audit`, the same path as
+    ``sieve audit``); ``on_progress(fraction, message)`` drives a progress bar."""
     from sieve.experiment import run_audit
 
-    return run_audit(experiment, condition)
+    return run_audit(experiment, condition, on_progress=on_progress)
 
 
 def audit_table(report: "AuditReport") -> "pd.DataFrame":
@@ -43,14 +45,81 @@ def open_ledger(path: str | os.PathLike[str]) -> Any:
     return Ledger(path)
 
 
+#: Queue orders offered on the Alerts page (label → key of :func:`sorted_alerts`).
+SORTS = {"priority (highest first)": "-priority", "priority (lowest first)": "priority",
+         "newest first": "-created", "oldest first": "created", "document id": "doc"}
+
+
+def priority(alert: Any) -> float:
+    """The alert's triage priority (:func:`sieve.experiment.explain.alert_explanation`)."""
+    from sieve.experiment.explain import alert_explanation
+
+    return alert_explanation(alert.evidence or {}).priority
+
+
+def sorted_alerts(alerts: Sequence[Any], sort: str = "-priority") -> list[Any]:
+    """Alerts ordered for triage: by the continuous priority (RSG's own score saturates at 1.0),
+    creation time or document id; ties broken by alert id so the order is stable."""
+    if sort in ("-priority", "priority"):
+        sign = -1.0 if sort == "-priority" else 1.0
+        return sorted(alerts, key=lambda a: (sign * priority(a), a.alert_id))
+    if sort in ("-created", "created"):
+        return sorted(alerts, key=lambda a: ((-1 if sort == "-created" else 1) * a.created_at, a.alert_id))
+    return sorted(alerts, key=lambda a: (a.doc_id, a.alert_id))
+
+
+def plain_reason(alert: Any) -> str:
+    """The flag's reason in words (stored explanation, else recomputed from the evidence)."""
+    from sieve.experiment.explain import alert_explanation
+
+    ex = alert_explanation(alert.evidence or {})
+    return ex.reason if ex.priority > 0 else alert.reason
+
+
 def alerts_frame(alerts: Sequence[Any]) -> "pd.DataFrame":
+    """The triage queue as a table: priority, document, state, branch, plain reason, hint count."""
     import pandas as pd
 
-    return pd.DataFrame([{"alert": a.alert_id, "doc_id": a.doc_id, "detector": a.detector,
-                          "score": None if a.score is None else round(float(a.score), 4), "state": a.state,
-                          "reason": a.reason, "corpus": a.corpus_id,
-                          "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at))}
-                         for a in alerts])
+    from sieve.experiment.explain import alert_explanation
+
+    rows = []
+    for a in alerts:
+        ex = alert_explanation(a.evidence or {})
+        rows.append({"priority": round(ex.priority, 3), "doc_id": a.doc_id, "state": a.state,
+                     "branch": ex.branch or str((a.evidence or {}).get("branch", "")),
+                     "reason": ex.reason if ex.priority > 0 else a.reason,
+                     "false-positive hints": len(ex.hints), "detector": a.detector, "alert": a.alert_id,
+                     "corpus": a.corpus_id,
+                     "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at))})
+    return pd.DataFrame(rows)
+
+
+def bulk_transition(ledger: Any, alert_ids: Sequence[str], new_state: str, who: str, why: str) -> tuple[int, list[str]]:
+    """Apply one transition to several alerts; returns (moved, errors) — alerts whose state does not
+    allow the move are skipped with a message."""
+    from sieve.ledger import LedgerError
+
+    moved, errors = 0, []
+    for aid in alert_ids:
+        try:
+            ledger.transition(aid, new_state, who, why)
+            moved += 1
+        except LedgerError as e:
+            errors.append(str(e))
+    return moved, errors
+
+
+def find_document_text(ds: Any, doc_id: str) -> str | None:
+    """The text of ``doc_id`` in the dataset's corpus or any attack family (None when absent)."""
+    try:
+        return ds.doc_by_id(doc_id).text
+    except KeyError:
+        pass
+    for fam in ds.attack_families():
+        hit = next((d for d in ds.attack_documents(fam) if d.id == doc_id), None)
+        if hit is not None:
+            return hit.text
+    return None
 
 
 def alerts_csv(ledger: Any, **filters: Any) -> bytes:

@@ -80,10 +80,27 @@ def scrub_secrets(message: str) -> str:
     return out
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+#: Every ASCII punctuation character (CommonMark lets each one be backslash-escaped; escaping all
+#: of them leaves no markdown, HTML, link, image, directive (``:red[…]``) or LaTeX syntax behind).
+_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+#: Control characters (except tab and newline) and bidirectional formatting characters, which can
+#: reorder what an analyst reads: shown as a visible code point instead.
+_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 
-def md_escape(text: str) -> str:
-    """Backslash-escape markdown syntax so a message (which may quote user input) shows literally
-    inside ``st.error`` / ``st.warning``, which render markdown."""
-    return _MD_SPECIAL.sub(r"\\\1", str(text))
+def visible(text: object) -> str:
+    """``text`` with control and bidi-formatting characters replaced by a visible ``⟨U+XXXX⟩``."""
+    return _INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group(0)):04X}⟩", str(text))
+
+
+def md_escape(text: object) -> str:
+    """THE way to put a value that is not our own literal text (document ids, answers, family names,
+    paths, error messages) into anything Streamlit renders as markdown (``st.caption``,
+    ``st.write``, ``st.info``/``warning``/``error``, widget labels and help): every ASCII punctuation
+    character is backslash-escaped and invisible characters are made visible, so the value shows
+    literally and can never become markup, a link or an image. tests/dashboard/test_safe_render.py
+    scans every page and service module for markdown calls that skip it."""
+    return _MD_SPECIAL.sub(r"\\\1", visible(text)).replace("\n", "  \n")
+
+
+md = md_escape

@@ -193,15 +193,36 @@ def defense(spec: str, condition: str, params: dict[str, Any] | None = None) -> 
                     json.dumps(calibration(), sort_keys=True), experiment())
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _audit(key: str, condition: str, _exp: "Experiment") -> "AuditReport":
-    return A.audit(_exp, condition)
+@st.cache_resource(show_spinner=False)
+def _audit_store() -> dict[tuple[str, str], "AuditReport"]:
+    """Audits per (dataset key, condition), shared by every session of the process. A plain store
+    rather than a cached function, so the first (slow) run can drive a progress bar."""
+    return {}
 
 
-def audit(condition: str) -> "AuditReport":
-    """The RSG audit of ``condition``'s snapshot (once per dataset and condition)."""
+def audit(condition: str, progress: bool = False) -> "AuditReport":
+    """The RSG audit of ``condition``'s snapshot (once per dataset and condition); with ``progress``
+    a progress bar follows the first run and disappears when it is done."""
     ds = dataset()
-    return _audit(_ds_key(ds), condition, experiment())
+    store = _audit_store()
+    key = (_ds_key(ds), condition)
+    if key in store:
+        return store[key]
+    bar = st.progress(0.0, text="Preparing the RSG audit (loads the retriever index the first time)…") if progress else None
+
+    def step(frac: float, msg: str) -> None:
+        if bar is not None:
+            bar.progress(min(1.0, max(0.0, float(frac))), text=f"RSG audit: {md_escape(msg)}")
+
+    try:
+        report = A.audit(experiment(), condition, step)
+    finally:
+        if bar is not None:
+            bar.empty()
+    while len(store) >= 16:
+        store.pop(next(iter(store)))
+    store[key] = report
+    return report
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

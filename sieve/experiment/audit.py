@@ -121,8 +121,12 @@ def record_flags(report: AuditReport, ledger: "Ledger", dataset_name: str) -> tu
     docs = list(report.snapshot.index.documents)
     snapshot_hash = report.summary["corpus_hash"]
     cond = report.snapshot.condition
+    from sieve.experiment.explain import explain_audit
+
+    explained = {i: explain_audit(a, i) for i in report.flagged}   # plain reason + priority + hints
     flags = [Flag(a.ids[i], docs[i].hash, float(a.score[i]), a.params.decision_threshold,
-                  a.row(i).to_dict(), f"RSG {report.branches.get(i, '')} flag ({cond})") for i in report.flagged]
+                  {**a.row(i).to_dict(), "explanation": explained[i].to_dict()},
+                  f"RSG {report.branches.get(i, '')} flag ({cond}): {explained[i].reason}") for i in report.flagged]
     before = len(ledger.alerts(detector="rsg", corpus_hash=snapshot_hash))
     if flags:
         ledger.add_flags(flags, detector="rsg", corpus_id=f"{dataset_name}:{cond}", corpus_hash=snapshot_hash,

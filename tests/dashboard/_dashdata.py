@@ -1,6 +1,8 @@
 """A tiny dataset for dashboard tests: 3 topics × 10 passages, one attack target per topic, a
 ``pr_b`` attack family — one poison carries an HTML/markdown injection string that must be shown
-literally — and an evaluation run made with the tiny in-process models."""
+literally, two carry look-alike letters from another alphabet, and one clean passage quotes names in
+three other scripts (an RSG integrity flag that is a likely false positive) — and an evaluation run
+made with the tiny in-process models."""
 from __future__ import annotations
 
 import json
@@ -26,6 +28,8 @@ def write_tiny_dataset(root: Path) -> Path:
             w = [words[(i + j) % len(words)] for j in range(6)]
             text = (f"{title} passage {i}: the {w[0]} and the {w[1]} are discussed here, with notes on {w[2]}, "
                     f"{w[3]} and {w[4]}. Readers learn that {correct} matters for {w[5]} in many ways.")
+            if key == "coffee" and i == 5:   # a clean passage with names in three other scripts (separate words):
+                text += " Its names: \u03ba\u03b1\u03c6\u03ad\u03c2, \u0642\u0647\u0648\u0629, \u043a\u043e\u0444\u0435."
             corpus.append({"id": f"{key}-{i:02d}", "title": title, "text": text})
         queries.append({"id": f"q-{key}", "text": question, "answers": [correct]})
         qrels.append({"query_id": f"q-{key}", "document_id": f"{key}-00", "score": 1})
@@ -39,6 +43,8 @@ def write_tiny_dataset(root: Path) -> Path:
             docs[0]["text"] = question + "." + INJECTION + " " + payloads[0]
         if key == "chess":   # a mixed-script trigger (Cyrillic е inside Latin words): RSG's integrity branch flags it
             docs[1]["text"] = "Which ch\u0435ss pi\u0435ce moves in an L shape?." + payloads[1]
+        if key == "whales":  # a homoglyph (Cyrillic а) inside one word
+            docs[2]["text"] = "What do baleen wh\u0430les mainly eat?." + payloads[2]
         attacks.append({"query_id": f"q-{key}", "query": question, "correct_answers": [correct],
                         "target_answer": target, "attack": "pr_b", "documents": docs})
     for name, rows in (("corpus", corpus), ("queries", queries), ("targets", targets), ("attacks", attacks),
