@@ -204,3 +204,49 @@ def test_local_llm_wraps_a_causal_lm():
         broken.generate("q")
     with pytest.raises(LLMError, match="bad tensor"):
         broken.nll("a", "b")
+
+
+def test_circuit_breaker_opens_after_consecutive_failures_and_probes_after_cooldown(server):
+    server.script = [("status", 500)] * 3
+    client = _client(server, retries=5, breaker_failures=3, breaker_cooldown_s=0.3)
+    with pytest.raises(LLMError, match="failed after 3 attempt"):   # stops retrying once the breaker opens
+        client.generate("q")
+    assert len(server.requests) == 3 and client.circuit_open
+    with pytest.raises(LLMError, match="circuit breaker open after 3 consecutive failures.*HTTP 500"):
+        client.generate("q")
+    assert len(server.requests) == 3                                 # refused without calling the endpoint
+    assert client.health() == {"calls": 2, "errors": 2, "short_circuited": 1, "circuit_open": True,
+                               "last_error": f"LLM endpoint {server.url} failed after 3 attempt(s): HTTP 500"}
+    time.sleep(0.35)
+    server.script = [("ok", "back")]                                 # after the cooldown one probe decides
+    assert client.generate("q") == "back" and not client.circuit_open and client.consecutive_failures == 0
+    assert client.health()["calls"] == 3 and client.health()["errors"] == 2
+
+
+def test_breaker_counts_malformed_replies_but_not_client_errors(server):
+    server.script = [("raw", "not json"), ("status", 400), ("raw", "not json"), ("raw", "not json")]
+    client = _client(server, retries=0, breaker_failures=2, breaker_cooldown_s=60)
+    for _ in range(3):
+        with pytest.raises(LLMError):
+            client.generate("q")
+    assert not client.circuit_open            # 400 means the endpoint answered: the streak restarts
+    with pytest.raises(LLMError):
+        client.generate("q")
+    assert client.circuit_open and len(server.requests) == 4 and client.n_errors == 4
+    with pytest.raises(ValueError, match="breaker_failures"):
+        _client(server, breaker_failures=0)
+
+
+def test_local_llm_counts_failures():
+    lm = UnigramLM(["a b"], reply=lambda p: "ok")
+    llm = LocalLLM(lm, "tiny")
+    llm.generate("x")
+
+    class Broken:
+        def generate(self, *a, **k):
+            raise RuntimeError("oom")
+
+    llm.lm = Broken()
+    with pytest.raises(LLMError):
+        llm.generate("x")
+    assert (llm.n_calls, llm.n_errors) == (2, 1) and "oom" in llm.last_error
