@@ -15,6 +15,12 @@ Measured on the shared 2-core box (load ≈ 9): 2 iterations × 8 candidates ≈
 for the 64 demo targets); paraphrase with the local Qwen2.5-Coder-0.5B ≈ 18 s/target. pr_b, diverse,
 payload_only, script and forced_top take well under a second. The settings used are recorded in
 every pr_w document's metadata.
+
+The single-poison families (single_trigger, single_fluent, near_duplicate; docs/algorithms.md
+§7.5–§7.7) ship with ONE poison per query (``SHIPPED_VOLUME``); every other family with five.
+near_duplicate and judge_aware read the dataset's corpus and qrels (``data`` = ``--data``).
+judge_aware (§7.8) runs ``--judge-aware-iterations`` × ``--judge-aware-candidates`` joint evaluations
+per target with one trigger shared by the target's poisons.
 """
 from __future__ import annotations
 
@@ -32,14 +38,20 @@ from sieve.config import SieveConfig  # noqa: E402
 from sieve.resources import Resources  # noqa: E402
 
 
+#: Poisons per query in the shipped demo records (families not listed: 5).
+SHIPPED_VOLUME = {"single_trigger": 1, "single_fluent": 1, "near_duplicate": 1}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT / "demo_data", help="dataset directory (default demo_data)")
     ap.add_argument("--families", nargs="*", default=None, help="families to build (default: every registered one)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--volume", type=int, default=5)
+    ap.add_argument("--volume", type=int, default=None, help="poisons per target (default 5; 1 for single-poison families)")
     ap.add_argument("--pr-w-iterations", type=int, default=2, help="HotFlip iterations (paper 30)")
     ap.add_argument("--pr-w-candidates", type=int, default=8, help="HotFlip candidates per flip (paper 100)")
+    ap.add_argument("--judge-aware-iterations", type=int, default=4, help="judge_aware HotFlip iterations")
+    ap.add_argument("--judge-aware-candidates", type=int, default=8, help="judge_aware candidates per flip")
     ap.add_argument("--limit", type=int, default=None, help="only the first N targets (for a quick look; use --out)")
     ap.add_argument("--out", type=Path, default=None, help="attacks file to merge into (default <data>/attacks.jsonl)")
     args = ap.parse_args(argv)
@@ -50,9 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     out_path = args.out or args.data / "attacks.jsonl"
     summary = {}
     for fam in families:
-        params = {"iterations": args.pr_w_iterations, "candidates": args.pr_w_candidates} if fam == "pr_w" else {}
+        params: dict = {"iterations": args.pr_w_iterations, "candidates": args.pr_w_candidates} if fam == "pr_w" else {}
+        if fam == "judge_aware":
+            params = {"iterations": args.judge_aware_iterations, "candidates": args.judge_aware_candidates}
+        if "data" in ATTACKS.entry(fam).param_names():
+            params["data"] = str(args.data)
+        volume = args.volume if args.volume is not None else SHIPPED_VOLUME.get(fam, 5)
         t0 = time.perf_counter()
-        out = ATTACKS.create(fam, **params).generate(targets, resources, seed=args.seed, volume=args.volume)
+        out = ATTACKS.create(fam, **params).generate(targets, resources, seed=args.seed, volume=volume)
         merge_attacks(out_path, out.records, fam)
         st = {k: v for k, v in out.stats.items() if k != "per_target"}
         st["wall_seconds"] = round(time.perf_counter() - t0, 1)

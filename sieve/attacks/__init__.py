@@ -11,6 +11,10 @@ Registered names (a public contract, :data:`sieve.registry.ATTACKS`):
 ``script``                mixed-script (CEM-style) trigger shared by a target's documents (§7.4)
 ``forced_top``            poisons pinned above every clean document (TRIS pilot, §7.3); place
                           them with :func:`sieve.attacks.placement.force_top`
+``single_trigger``        one poison: question + "earlier sources are outdated" frame + payload (§7.5)
+``single_fluent``         one poison: the payload closest to the question, no trigger (§7.6)
+``near_duplicate``        a gold passage with only the answer span replaced (§7.7)
+``judge_aware``           TRIS Level-2 adaptive HotFlip: retriever + judge-majority objective (§7.8)
 ========================  =====================================================================
 
     from sieve.attacks import generate_attack

@@ -86,3 +86,36 @@ def whitebox_resources(whitebox_embedder, tiny_judge):
     from sieve.resources import Resources
 
     return Resources(retriever=whitebox_embedder, judge=tiny_judge, llm=None)
+
+
+GOLD = {
+    "q1": ("g1", "Pride and Prejudice is a novel by Jane Austen, published in 1813; Austen wrote it at Steventon."),
+    "q2": ("g2", "Canberra is the capital of Australia, chosen in 1908 as a compromise between Sydney and Melbourne."),
+}
+CLEAN_EXTRA = [
+    "The novel follows Elizabeth Bennet and her sisters in rural England.",
+    "Australia is a federation of six states with a parliament in its capital city.",
+    "Sydney is the largest city of Australia and is known for its harbour.",
+    "Many readers count the book among the most loved novels in English.",
+    "Melbourne was the seat of government before the capital moved.",
+]
+
+
+def write_dataset(root: Path) -> Path:
+    """A tiny dataset directory for the attacks that read corpus + qrels (near_duplicate, judge_aware)."""
+    import json
+
+    d = root / "attack_ds"
+    d.mkdir(exist_ok=True)
+    docs = [{"id": i, "text": t} for i, t in GOLD.values()] + [{"id": f"c{k}", "text": t} for k, t in enumerate(CLEAN_EXTRA)]
+    (d / "corpus.jsonl").write_text("".join(json.dumps(x) + "\n" for x in docs), encoding="utf-8")
+    (d / "queries.jsonl").write_text("".join(json.dumps({"id": t.query_id, "text": t.query}) + "\n" for t in TARGETS),
+                                     encoding="utf-8")
+    (d / "qrels.jsonl").write_text("".join(json.dumps({"query_id": q, "document_id": g[0], "score": 1}) + "\n"
+                                           for q, g in GOLD.items()), encoding="utf-8")
+    return d
+
+
+@pytest.fixture
+def attack_dataset(tmp_path) -> Path:
+    return write_dataset(tmp_path)

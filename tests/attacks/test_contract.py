@@ -10,20 +10,32 @@ from sieve.attacks import AttackError, generate_attack, write_attacks
 from sieve.registry import ATTACKS
 
 ALL = ATTACKS.names()
-CONTRACT_NAMES = ["pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top"]
+CONTRACT_NAMES = ["pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top",
+                  "single_trigger", "single_fluent", "near_duplicate", "judge_aware"]
+#: Families whose poison j is not payload j verbatim (docs/algorithms.md §7.6, §7.7).
+REORDERED = {"single_fluent"}     # poison j = the payload of retriever-similarity rank j
+NOT_PAYLOAD = {"near_duplicate"}  # poison = an edited gold passage, not a payload
+WHITE_BOX = {"pr_w", "judge_aware"}
 
 
-def _params(name: str) -> dict:
-    if name == "pr_w":
-        return {"iterations": 3, "candidates": 8}
-    if name == "paraphrase":
-        return {"cache_path": ""}
-    return {}
+@pytest.fixture
+def params_for(attack_dataset):
+    def params(name: str) -> dict:
+        if name == "pr_w":
+            return {"iterations": 3, "candidates": 8}
+        if name == "judge_aware":
+            return {"iterations": 2, "candidates": 4, "data": str(attack_dataset)}
+        if name == "near_duplicate":
+            return {"data": str(attack_dataset)}
+        if name == "paraphrase":
+            return {"cache_path": ""}
+        return {}
+    return params
 
 
 @pytest.fixture
 def resources_for(tiny_resources, whitebox_resources):
-    return lambda name: whitebox_resources if name == "pr_w" else tiny_resources
+    return lambda name: whitebox_resources if name in WHITE_BOX else tiny_resources
 
 
 def test_registry_names_are_the_contract():
@@ -44,10 +56,10 @@ def test_unknown_parameters_are_rejected_by_name(name):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_output_schema_and_determinism(name, targets, resources_for):
+def test_output_schema_and_determinism(name, targets, resources_for, params_for):
     res = resources_for(name)
-    out = generate_attack(name, targets, res, seed=3, volume=5, **_params(name))
-    again = generate_attack(name, targets, res, seed=3, volume=5, **_params(name))
+    out = generate_attack(name, targets, res, seed=3, volume=5, **params_for(name))
+    again = generate_attack(name, targets, res, seed=3, volume=5, **params_for(name))
     assert out.attack == name and not out.skipped
     assert [r.query_id for r in out.records] == ["q1", "q2"]
     ids = [d.id for d in out.documents]
@@ -61,28 +73,32 @@ def test_output_schema_and_determinism(name, targets, resources_for):
             assert d.metadata["query_id"] == tgt.query_id
             assert d.metadata["attack"] == name
             assert d.metadata["target_answer"] == tgt.target_answer
-            assert d.metadata["payload_index"] == j
-            assert d.metadata["voice"] == tgt.voices[j]
-            assert tgt.payloads[j] in d.text           # the payload is never altered
+            p = d.metadata["payload_index"]
+            assert p == j or (name in REORDERED and d.metadata["similarity_rank"] == j)
+            assert d.metadata["voice"] == tgt.voices[p]
+            if name not in NOT_PAYLOAD:
+                assert tgt.payloads[p] in d.text       # the payload is never altered
+        assert sorted(d.metadata["payload_index"] for d in rec.documents) == list(range(5))
     assert [d.text for d in out.documents] == [d.text for d in again.documents]
 
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("volume", [1, 12])
-def test_injection_volume(name, volume, targets, resources_for):
-    out = generate_attack(name, targets[:1], resources_for(name), seed=0, volume=volume, **_params(name))
+def test_injection_volume(name, volume, targets, resources_for, params_for):
+    out = generate_attack(name, targets[:1], resources_for(name), seed=0, volume=volume, **params_for(name))
     docs = out.records[0].documents
     assert len(docs) == volume and len({d.id for d in docs}) == volume
-    assert [d.metadata["payload_index"] for d in docs] == [j % 5 for j in range(volume)]
+    slot = "similarity_rank" if name in REORDERED else "payload_index"
+    assert [d.metadata[slot] for d in docs] == [j % 5 for j in range(volume)]
     if volume == 12:   # beyond 5: the same passages repeated with distinct ids
         assert docs[5].text == docs[0].text and docs[11].text == docs[1].text
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_attacks_jsonl_round_trip(name, targets, resources_for, tmp_path):
+def test_attacks_jsonl_round_trip(name, targets, resources_for, params_for, tmp_path):
     from sieve.corpus import load_attacks
 
-    out = generate_attack(name, targets, resources_for(name), seed=0, volume=2, **_params(name))
+    out = generate_attack(name, targets, resources_for(name), seed=0, volume=2, **params_for(name))
     path = tmp_path / "attacks.jsonl"
     assert write_attacks(path, out.records) == 2
     back = load_attacks(path)
