@@ -3,6 +3,7 @@ import streamlit as st
 
 from sieve.dashboard import session as S
 from sieve.dashboard import state
+from sieve.dashboard.safe import md
 
 state.init_state()
 state.sidebar_status()
@@ -35,7 +36,7 @@ with state.page_guard("Overview"):
     try:
         run = state.run(run_dir)
     except Exception as e:  # noqa: BLE001
-        st.info(f"No evaluation run to show yet: {state.friendly(e)}. Create one with "
+        st.info("No evaluation run to show yet: " + state.friendly(e) + ". Create one with "
                    "`sieve eval demo_data --out demo_data/runs/demo`, or choose a run directory on *Trade-offs*.")
     else:
         import pandas as pd
@@ -43,7 +44,7 @@ with state.page_guard("Overview"):
         df = pd.DataFrame(run.summary.get("results", []))
         cols = [c for c in ("defense", "attack", "queries", "poison_in_context_rate", "poison_removal_rate",
                             "clean_removal_rate", "auroc", "asr", "clean_acc", "latency_ms_p50") if c in df.columns]
-        st.caption(f"{run.path} — {len(run.records)} records, defenses: {', '.join(run.defenses)}")
+        st.caption(f"{md(run.path)} — {len(run.records)} records, defenses: {md(', '.join(run.defenses))}")
         st.dataframe(df[cols], hide_index=True, width="stretch")
     st.caption("Models load on first use of a page that needs them (a spinner shows progress); "
                "afterwards they stay in memory for the whole session.")

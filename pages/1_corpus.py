@@ -7,7 +7,7 @@ from sieve.dashboard import figures as F
 from sieve.dashboard import alerts as A
 from sieve.dashboard import session as S
 from sieve.dashboard import state
-from sieve.dashboard.safe import md_escape
+from sieve.dashboard.safe import md, md_escape
 
 state.init_state()
 state.sidebar_status()
@@ -45,7 +45,7 @@ with state.page_guard("Corpus & index"):
                 st.session_state["uploaded_dataset"] = None
                 st.session_state["dataset_path"] = path
                 st.session_state["condition"] = S.CLEAN
-                st.success(f"Loaded {path}")
+                st.success("Loaded " + md(path))
     else:
         up = st.file_uploader("Corpus file (.jsonl with id/text[/title], .csv, .parquet)",
                               type=["jsonl", "csv", "parquet"], key="upload")
@@ -64,14 +64,14 @@ with state.page_guard("Corpus & index"):
         st.stop()
 
     stats = S.corpus_stats(ds)
-    st.subheader(f"{ds.name}")
-    st.caption(stats["summary"])
+    st.subheader(md(ds.name))
+    st.caption(md(stats["summary"]))
     m = st.columns(5)
     m[0].metric("documents", stats["documents"])
     m[1].metric("questions", stats["queries"])
     m[2].metric("median words", f"{stats['words_median']:.0f}")
     m[3].metric("attack targets", stats["targets"])
-    m[4].metric("corpus version", stats["content_hash"])
+    m[4].metric("corpus version", stats["content_hash"], help="First characters of the corpus content hash.")
     c1, c2 = st.columns([2, 1])
     c1.plotly_chart(F.lengths_histogram(stats["lengths"]), width="stretch")
     fam = stats["attack_families"]
@@ -90,9 +90,10 @@ with state.page_guard("Corpus & index"):
     with st.status("Opening the retriever index (built once, then reused)…", expanded=False) as status:
         idx = state.index()
         rep = idx.build_report
-        status.update(label=f"Index ready: {len(idx)} documents, {idx.dim}-d vectors ({idx.model_id})", state="complete")
+        status.update(label=f"Index ready: {len(idx)} documents, {idx.dim:d}-d vectors ({md(idx.model_id)})",
+                      state="complete")
     if rep is not None:
-        st.caption(f"Index {rep.action}: {rep.reason} — {rep.n_embedded} documents embedded in {rep.seconds:.1f} s")
+        st.caption(f"Index {md(rep.action)}: {md(rep.reason)} — {rep.n_embedded:d} documents embedded in {rep.seconds:.1f} s")
 
     st.subheader("RSG corpus audit")
     st.caption("RAGSieve RSG (§4): a kNN graph over retriever vectors; documents in unusually dense, lexically "
@@ -103,8 +104,7 @@ with state.page_guard("Corpus & index"):
                         if st.session_state["condition"] in conds else 0, key="audit_condition",
                         help="clean corpus, or clean corpus + all documents of one attack family")
     if st.toggle("Run the RSG audit", value=True, key="run_audit"):
-        with st.spinner("Auditing the snapshot…"):
-            report, ms = S.timed(state.audit, cond)
+        report, ms = S.timed(state.audit, cond, progress=True)
         audit = report.audit
         table = A.audit_table(report)
         flagged = table[table["flagged"] == 1]
@@ -120,4 +120,4 @@ with state.page_guard("Corpus & index"):
         st.dataframe(flagged.sort_values("score", ascending=False), hide_index=True, width="stretch")
         if st.button("Record these flags in the quarantine ledger", key="record_flags"):
             n, added = A.record_audit_flags(report, ds.name, state.ledger())
-            st.success(f"{n} flags, {added} new open alerts — triage them on the *Alerts* page.")
+            st.success(f"{n:d} flags, {added:d} new open alerts — triage them on the *Alerts* page.")

@@ -7,7 +7,8 @@ from sieve.dashboard import figures as F
 from sieve.dashboard import geometry as G
 from sieve.dashboard import session as S
 from sieve.dashboard import state
-from sieve.dashboard.safe import snippet
+from sieve.dashboard.safe import md, snippet
+from sieve.experiment.explain import TERMS, explain_audit
 
 state.init_state()
 state.sidebar_status()
@@ -20,10 +21,9 @@ with state.page_guard("Geometry"):
     cond = c1.selectbox("Attack condition", conds, key="g_condition",
                         index=conds.index(st.session_state["condition"]) if st.session_state["condition"] in conds else 0)
     st.session_state["condition"] = cond
-    default_method = "PCA" if S.tiny_mode() else "UMAP"
-    method = c2.radio("Projection", ["UMAP", "PCA"], index=["UMAP", "PCA"].index(default_method), horizontal=True,
-                      key="g_method", help="UMAP (cosine) as in the papers' figures; PCA is instant. The first UMAP "
-                                           "in a process compiles its kernels (~30 s), later ones take seconds.")
+    method = c2.radio("Projection", ["PCA", "UMAP"], index=0, horizontal=True, key="g_method",
+                      help="PCA is instant and the default. UMAP (cosine) draws the papers' figures but the first "
+                           "UMAP in a process compiles its kernels (about 45 s on 2 cores), later ones take seconds.")
     m = method.lower()
 
     # -- judge space of one query ------------------------------------------------------------------
@@ -48,7 +48,7 @@ with state.page_guard("Geometry"):
             xy = state.projection(ckey, m, emb, min(10, max(2, len(ranking.documents) - 1)))
             df = G.judge_geometry(ranking, res, tris, k, xy=xy)
         st.plotly_chart(F.judge_space(df), width="stretch")
-        st.caption(f"TRIS L1: {tris.info.get('l1', {}).get('reason', '')} · ✕ = poison · green ring = kept majority")
+        st.caption("TRIS L1: " + md(tris.info.get("l1", {}).get("reason", "")) + " · ✕ = poison · green ring = kept majority")
 
     # -- corpus in retriever space -------------------------------------------------------------------
     st.subheader("Corpus in retriever space (RSG density contrast)")
@@ -60,35 +60,55 @@ with state.page_guard("Geometry"):
         ckey = corpus_hash(view.documents) + view.model_id
         xy = state.projection(ckey, m, view.vectors)
         cdf = G.corpus_geometry(view, audit, xy=xy)
-    flagged_ids = sorted(audit.flagged_ids, key=lambda i: -float(audit.density[audit.index_of(i)]))
-    ids = flagged_ids + [i for i in view.ids if i not in set(flagged_ids)]   # densest flagged first
-    sel_key = "g_selected"
+    flagged_set = set(audit.flagged_ids)
+    flagged_ids = sorted(flagged_set, key=lambda i: -float(audit.density[audit.index_of(i)]))
+    ids = flagged_ids + [i for i in view.ids if i not in flagged_set]   # densest flagged first
+    # One source of truth for the selected document, per condition: the map and the picker both write it
+    # in their callbacks (no st.rerun in the page body, so a click can never start a rerun loop).
+    sel_key, pick_key, plot_key = f"g_selected_{cond}", f"g_doc_{cond}", f"g_plot_{cond}"
     if st.session_state.get(sel_key) not in view:
         st.session_state[sel_key] = ids[0]
-    event = st.plotly_chart(F.corpus_density(cdf, st.session_state[sel_key], audit.row(st.session_state[sel_key])),
-                            width="stretch", on_select="rerun", selection_mode="points", key="g_plot")
-    try:
-        pts = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else event.selection.points
-    except AttributeError:
-        pts = []
-    for p in pts:
-        cid = p.get("customdata")
-        cid = cid[0] if isinstance(cid, list) else cid
-        if cid in view and cid != st.session_state[sel_key]:
-            st.session_state[sel_key] = cid
-            st.rerun()
-    chosen = st.selectbox("Document (or click a point)", ids, index=ids.index(st.session_state[sel_key]),
-                          key="g_doc", format_func=lambda i: f"{i} {'(flagged)' if i in set(flagged_ids) else ''}")
-    if chosen != st.session_state[sel_key]:
-        st.session_state[sel_key] = chosen
-        st.rerun()
-    row = audit.row(st.session_state[sel_key])
+    if st.session_state.get(pick_key) != st.session_state[sel_key]:
+        st.session_state[pick_key] = st.session_state[sel_key]
+
+    def _on_click() -> None:
+        ev = st.session_state.get(plot_key) or {}
+        try:
+            pts = ev["selection"]["points"]
+        except (KeyError, TypeError):
+            pts = []
+        for p in pts:
+            cid = p.get("customdata")
+            cid = cid[0] if isinstance(cid, (list, tuple)) else cid
+            if cid in view:
+                st.session_state[sel_key] = cid
+                st.session_state[pick_key] = cid
+                return
+
+    def _on_pick() -> None:
+        st.session_state[sel_key] = st.session_state[pick_key]
+
+    selected = st.session_state[sel_key]
+    st.plotly_chart(F.corpus_density(cdf, selected, audit.row(selected)), width="stretch", on_select=_on_click,
+                    selection_mode="points", key=plot_key)
+    st.caption("Colour = density contrast D (help on the metric below) · red ring = flagged by RSG · red ✕ = poison "
+               "(attack document of this condition) · ★ = selected. Click a point to select it.")
+    st.selectbox("Document (or click a point)", ids, key=pick_key, on_change=_on_pick,
+                 format_func=lambda i: f"{i} (flagged)" if i in flagged_set else str(i))
+    row = audit.row(selected)
     a = st.columns(5)
-    a[0].metric("D (density contrast)", f"{row.local_density_contrast:.3f}")
-    a[1].metric("floor b_i", f"{row.neighbourhood_floor:.3f}")
-    a[2].metric("core mean μ_i", f"{row.core_mean:.3f}")
-    a[3].metric("score", f"{row.score:.3f}")
-    a[4].metric("flagged", row.branch or "no")
+    a[0].metric("D (density contrast)", f"{row.local_density_contrast:.3f}", help=TERMS["D"])
+    a[1].metric("floor b_i", f"{row.neighbourhood_floor:.3f}", help=TERMS["floor"])
+    a[2].metric("core mean μ_i", f"{row.core_mean:.3f}", help=TERMS["core_mean"])
+    a[3].metric("score", f"{row.score:.3f}", help=TERMS["score"])
+    a[4].metric("flagged", f"yes ({row.branch})" if row.flagged else "no",
+                help="Whether RSG flags this document, and by which branch (topology = density, integrity = scripts).")
+    if row.flagged:
+        ex = explain_audit(audit, row.document_id)
+        st.caption("Why RSG flags it:")
+        st.text(ex.reason)
+        for h in ex.hints:
+            st.caption("Possibly a false positive: " + md(h))
     nb = [{"neighbour": e["id"], "similarity": round(e["similarity"], 4), "jaccard": round(e["jaccard"], 3),
            "edge": "kept"} for e in row.kept] + \
          [{"neighbour": e["id"], "similarity": round(e["similarity"], 4), "jaccard": round(e["jaccard"], 3),
@@ -96,7 +116,9 @@ with state.page_guard("Geometry"):
     for r in nb:
         r["text"] = snippet(view.document(r["neighbour"]).text, 80)
     if nb:
-        st.dataframe(pd.DataFrame(nb), hide_index=True, width="stretch")
+        st.dataframe(pd.DataFrame(nb), hide_index=True, width="stretch",
+                     column_config={"similarity": st.column_config.NumberColumn(help=TERMS["similarity"]),
+                                    "jaccard": st.column_config.NumberColumn(help=TERMS["jaccard"])})
     else:
         st.info("No eligible neighbours (none with similarity ≥ 0.85): D = 0 for this document.")
     st.caption("Eligible neighbours have similarity ≥ 0.85; the floor b_i is the 16th neighbour's similarity.")

@@ -50,7 +50,7 @@ with state.page_guard("Alerts"):
     counts = led.counts()
     m = st.columns(len(STATES))
     for col, s in zip(m, STATES):
-        col.metric(s.replace("_", " "), counts.get(s, 0), help=STATE_HELP[s])
+        col.metric(md(s.replace("_", " ")), counts.get(s, 0), help=STATE_HELP[s])
     st.caption("Ledger: " + md(led.path))
     if sum(counts.values()) == 0:
         st.info("No alerts yet. Run the RSG audit above and record its flags (also on *Corpus & index*).")
@@ -85,7 +85,7 @@ with state.page_guard("Alerts"):
                                format_func=lambda s: ACTIONS[s])
         bulk_why = b2.text_input("Reason (required, recorded for every alert)", key="al_bulk_why")
         movable = [a.alert_id for a in alerts if bulk_to in TRANSITIONS[a.state]]
-        bulk_ok = st.checkbox(f"Yes, move {len(movable)} alert(s) to {bulk_to}", key="al_bulk_ok")
+        bulk_ok = st.checkbox(f"Yes, move {len(movable)} alert(s) to {md(bulk_to)}", key="al_bulk_ok")
         if st.button("Apply to all listed", key="al_bulk_go", disabled=not (bulk_ok and bulk_why.strip() and movable)):
             n, errs = A.bulk_transition(led, movable, bulk_to, st.session_state.get("analyst", "analyst"), bulk_why)
             st.session_state[FLASH] = f"{n} alert(s) moved to {bulk_to}." + (f" {len(errs)} skipped." if errs else "")
@@ -139,7 +139,7 @@ with state.page_guard("Alerts"):
                 ok = ok and bool(why.strip())
                 if not why.strip():
                     st.caption("Rolling back needs a reason and the confirmation above.")
-            if st.button(ACTIONS.get(new, new), key=f"al_do_{new}", disabled=not ok):
+            if st.button(md(ACTIONS.get(new, new)), key=f"al_do_{new}", disabled=not ok):
                 try:
                     led.transition(aid, new, who, why)
                 except LedgerError as e:

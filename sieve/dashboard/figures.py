@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -152,6 +154,11 @@ def corpus_density(df: "pd.DataFrame", selected: str | None = None, row: Any = N
         hovertext=[f"{hover_text(i, 40)} · D={d:.3f}<br>{hover_text(t)}" for i, d, t in zip(df["id"], df["D"], df["text"])],
         hoverinfo="text", customdata=df["id"],
     )
+    po = df[df["poison"]]
+    if not po.empty:
+        fig.add_scatter(x=po["x"], y=po["y"], mode="markers", name="poison (attack document)",
+                        marker=dict(symbol="x-thin-open", size=12, color="#d62728", line=dict(width=2)),
+                        hoverinfo="skip")
     fl = df[df["flagged"]]
     if not fl.empty:
         fig.add_scatter(x=fl["x"], y=fl["y"], mode="markers", name="RSG flagged",
@@ -162,41 +169,83 @@ def corpus_density(df: "pd.DataFrame", selected: str | None = None, row: Any = N
     return fig
 
 
+def _esc(name: Any) -> str:
+    """A defense / attack-family name as plotly legend or axis text (plotly reads a subset of HTML there)."""
+    return html.escape(str(name), quote=True)
+
+
+def _num(v: Any) -> float:
+    """A metric value as float; None / NaN → NaN (0.0 stays 0.0 — a zero is a value, not a gap)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+    return f
+
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#393b79", "#637939")
+
+
 def roc_figure(curves: dict[str, dict[str, Any]], points: dict[str, tuple[float, float]] | None = None) -> go.Figure:
-    fig = _fig("ROC (own poisons vs. clean-condition scores)", height=380)
-    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#bbb"), name="chance")
-    for name, c in curves.items():
+    """One legend entry per defense (curve and operating point share it); the entry names AUROC and
+    the numbers of poisons (positives) and clean documents (negatives) the curve is drawn from."""
+    fig = _fig("ROC (own poisons vs. clean-condition scores)", height=420)
+    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#bbb"), name="chance",
+                    showlegend=False, hoverinfo="skip")
+    for j, (name, c) in enumerate(curves.items()):
         au = c.get("auroc")
-        fig.add_scatter(x=c["fpr"], y=c["tpr"], mode="lines", name=f"{name} (AUROC {au:.3f})" if au is not None else name)
+        color = PALETTE[j % len(PALETTE)]
+        n_pos, n_neg = len(c.get("pos", [])), len(c.get("neg", []))
+        label = f"{_esc(name)}: AUROC {au:.3f} (n = {n_pos} poisons, {n_neg} clean)" if au is not None else _esc(name)
+        fig.add_scatter(x=c["fpr"], y=c["tpr"], mode="lines", name=label, legendgroup=name, line=dict(color=color),
+                        hovertemplate="FPR %{x:.3f} · TPR %{y:.3f}<extra>" + hover_text(name, 40) + "</extra>")
         if points and name in points:
             fx, ty = points[name]
-            fig.add_scatter(x=[fx], y=[ty], mode="markers", marker=dict(size=12, symbol="diamond"),
-                            name=f"{name} operating point")
+            fig.add_scatter(x=[fx], y=[ty], mode="markers", marker=dict(size=12, symbol="diamond", color=color),
+                            name=f"{_esc(name)} operating point", legendgroup=name, showlegend=False,
+                            hovertemplate="operating point: FPR %{x:.3f} · TPR %{y:.3f}<extra></extra>")
     fig.update_xaxes(title="false-positive rate (clean removed)", range=[0, 1])
     fig.update_yaxes(title="true-positive rate (poison removed)", range=[0, 1.02])
+    fig.update_layout(legend=dict(title="defense (◆ = current threshold)"))
     return fig
 
 
 def asr_utility(df: "pd.DataFrame", use_asr: bool) -> go.Figure:
-    """One point per defense: attack success (ASR, or poison-in-context without answers) against utility
-    (clean accuracy, or 1 − clean removal rate without answers)."""
+    """One point per defense: attack success (ASR, or poison-in-context without answers) averaged over
+    the attack families, against utility (clean accuracy, or 1 − clean removal rate without answers).
+    The same numbers as the table: a 0.0 is plotted at 0, only a missing value is left out. Error
+    bars: the mean of the per-family Wilson 95 % intervals on y, the clean row's interval on x."""
     ykey = "asr" if use_asr else "poison_in_context_rate"
-    fig = _fig("Attack success vs. utility across defenses", height=400)
+    yci = "asr_ci95" if use_asr else "poison_in_context_ci95"
+    fig = _fig("Attack success vs. utility across defenses", height=420)
     attacked = df[df["attack"] != "clean"]
     clean = df[df["attack"] == "clean"].set_index("defense")
-    for name, sub in attacked.groupby("defense", sort=False):
-        y = float(np.nanmean(sub[ykey].astype(float))) if sub[ykey].notna().any() else np.nan
-        if use_asr and name in clean.index and clean.loc[name, "clean_acc"] is not None \
-                and not np.isnan(float(clean.loc[name, "clean_acc"] or np.nan)):
-            x = float(clean.loc[name, "clean_acc"])
-        else:
-            cr = clean.loc[name, "clean_removal_rate"] if name in clean.index else None
-            x = 1.0 - float(cr) if cr is not None and not np.isnan(float(cr)) else np.nan
-        fig.add_scatter(x=[x], y=[y], mode="markers+text", text=[name], textposition="top center", name=name,
-                        marker=dict(size=13))
+    for j, (name, sub) in enumerate(attacked.groupby("defense", sort=False)):
+        ys = [_num(v) for v in sub[ykey]] if ykey in sub else []
+        ys = [v for v in ys if not np.isnan(v)]
+        y = float(np.mean(ys)) if ys else np.nan
+        x, xci = np.nan, None
+        if name in clean.index:
+            crow = clean.loc[name]
+            if use_asr and not np.isnan(_num(crow.get("clean_acc"))):
+                x, xci = _num(crow.get("clean_acc")), crow.get("clean_acc_ci95")
+            elif not np.isnan(_num(crow.get("clean_removal_rate"))):
+                x = 1.0 - _num(crow.get("clean_removal_rate"))
+        if np.isnan(x) or np.isnan(y):
+            continue
+        cis = [c for c in (sub[yci] if yci in sub else []) if isinstance(c, (list, tuple)) and len(c) == 2]
+        lo = float(np.mean([c[0] for c in cis])) if cis else y
+        hi = float(np.mean([c[1] for c in cis])) if cis else y
+        ex = dict(type="data", symmetric=False, array=[max(0.0, float(xci[1]) - x)], arrayminus=[max(0.0, x - float(xci[0]))]) \
+            if isinstance(xci, (list, tuple)) and len(xci) == 2 else None
+        fig.add_scatter(x=[x], y=[y], mode="markers", name=_esc(name), marker=dict(size=13, color=PALETTE[j % len(PALETTE)]),
+                        error_y=dict(type="data", symmetric=False, array=[max(0.0, hi - y)], arrayminus=[max(0.0, y - lo)]),
+                        error_x=ex, hovertemplate=f"{hover_text(name, 40)}<br>x %{{x:.3f}} · y %{{y:.3f}}<extra></extra>")
     fig.update_xaxes(title="clean accuracy" if use_asr else "utility: 1 − clean removal rate", range=[-0.02, 1.05])
-    fig.update_yaxes(title="ASR" if use_asr else "poison-in-context rate", range=[-0.02, 1.05])
-    fig.update_layout(showlegend=False)
+    fig.update_yaxes(title="ASR (mean over attacks)" if use_asr else "poison-in-context rate (mean over attacks)",
+                     range=[-0.02, 1.05])
+    fig.update_layout(showlegend=True, legend=dict(title="defense"))
     return fig
 
 
@@ -204,7 +253,7 @@ def per_attack(df: "pd.DataFrame", metric: str) -> go.Figure:
     fig = _fig(f"{metric} per attack family", barmode="group", height=360)
     sub = df[df["attack"] != "clean"]
     for name, part in sub.groupby("defense", sort=False):
-        fig.add_bar(x=part["attack"], y=part[metric].astype(float), name=name)
+        fig.add_bar(x=[_esc(a) for a in part["attack"]], y=part[metric].astype(float), name=_esc(name))
     fig.update_yaxes(title=metric)
     return fig
 

@@ -110,16 +110,50 @@ def model_summary(resources: "Resources") -> dict[str, str]:
     }
 
 
+def user_data_dir() -> Path:
+    """Where a user keeps datasets for the dashboard: ``$XDG_DATA_HOME/sieve/datasets``
+    (``~/.local/share/sieve/datasets``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "sieve" / "datasets"
+
+
+def dataset_roots() -> list[Path]:
+    """Folders the dashboard may open datasets from: ``SIEVE_DASHBOARD_ROOTS`` (``os.pathsep``-separated)
+    or, by default, the project's ``demo_data`` and :func:`user_data_dir`; the operator's
+    ``SIEVE_DASHBOARD_DATASET`` is always allowed."""
+    env = os.environ.get("SIEVE_DASHBOARD_ROOTS", "").strip()
+    roots = [Path(p) for p in env.split(os.pathsep) if p.strip()] if env else [DEMO_DIR, user_data_dir()]
+    if os.environ.get("SIEVE_DASHBOARD_DATASET"):
+        roots.append(Path(os.environ["SIEVE_DASHBOARD_DATASET"]))
+    return [Path(os.path.realpath(r.expanduser())) for r in roots]
+
+
+def allowed_path(path: str | os.PathLike[str]) -> Path | None:
+    """The real path of ``path`` when it exists inside one of :func:`dataset_roots`, else None.
+    Symlinks and ``..`` are resolved first, so neither can leave a root."""
+    try:
+        real = Path(os.path.realpath(Path(str(path)).expanduser()))
+    except (OSError, ValueError):
+        return None
+    if not any(real == r or real.is_relative_to(r) for r in dataset_roots()):
+        return None
+    return real if real.exists() else None
+
+
 def load_dataset(path: str | os.PathLike[str]) -> "Dataset":
-    """:func:`sieve.corpus.load_dataset` with a clear error for a missing path (DatasetError otherwise)."""
+    """:func:`sieve.corpus.load_dataset` restricted to :func:`dataset_roots`. A missing path and a path
+    outside the allowed folders get the same message (the dashboard never reveals whether a
+    server path exists); validation problems are DatasetErrors naming file, line and field."""
     from sieve.corpus import DatasetError, load_dataset as _load
 
-    p = Path(str(path)).expanduser()
     if not str(path).strip():
         raise DatasetError("<path>", None, None, "give a dataset directory or a corpus file")
-    if not p.exists():
-        raise DatasetError(str(p), None, None,
-                           "not found; give a dataset directory (corpus.jsonl, queries.jsonl, …) or a corpus file")
+    p = allowed_path(path)
+    if p is None:
+        raise DatasetError(str(path), None, None,
+                           "no dataset the dashboard may open there; give a dataset directory (corpus.jsonl, "
+                           "queries.jsonl, …) or a corpus file inside an allowed folder: "
+                           + ", ".join(str(r) for r in dataset_roots()))
     ds = _load(p)
     if not ds.documents:
         raise DatasetError(str(p), None, None, "the corpus is empty")
@@ -128,18 +162,30 @@ def load_dataset(path: str | os.PathLike[str]) -> "Dataset":
 
 def dataset_from_upload(name: str, data: bytes, directory: str | os.PathLike[str] | None = None) -> "Dataset":
     """A dataset made of one uploaded corpus file (.jsonl/.csv/.parquet), written to a private temp
-    directory (the upload is only read)."""
+    directory that is removed again once the file is loaded (the dataset lives in memory)."""
     suffix = Path(name).suffix.lower()
     if suffix not in (".jsonl", ".csv", ".parquet"):
         from sieve.corpus import DatasetError
 
         raise DatasetError(name, None, None, "upload a .jsonl, .csv or .parquet corpus file")
-    base = Path(directory or tempfile.mkdtemp(prefix="sieve-upload-"))
-    base.mkdir(parents=True, exist_ok=True)
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(name).name) or f"corpus{suffix}"
-    target = base / safe
-    target.write_bytes(data)
-    return load_dataset(target)
+    import shutil
+
+    from sieve.corpus import load_dataset as _load
+
+    base = Path(tempfile.mkdtemp(prefix="sieve-upload-", dir=directory))
+    try:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(name).name) or f"corpus{suffix}"
+        target = base / safe
+        target.write_bytes(data)
+        ds = _load(target)
+        ds.documents   # noqa: B018 - read everything before the file goes away
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if not ds.documents:
+        from sieve.corpus import DatasetError
+
+        raise DatasetError(name, None, None, "the corpus is empty")
+    return ds
 
 
 def conditions(ds: "Dataset") -> list[str]:

@@ -95,14 +95,14 @@ def page_guard(title: str) -> Iterator[None]:
     try:
         yield
     except Exception as e:  # noqa: BLE001 - this is the last line of defence of a page
-        st.error(f"{title}: " + friendly(e))
+        st.error(f"{md_escape(title)}: " + friendly(e))
         with st.expander("Details"):
             st.code(scrub_secrets("".join(traceback.format_exception_only(type(e), e))
                                   + "".join(traceback.format_tb(e.__traceback__)[-6:])), language=None)
 
 
 def show_error(prefix: str, e: BaseException) -> None:
-    st.error(f"{prefix}: " + friendly(e))
+    st.error(f"{md_escape(prefix)}: " + friendly(e))
 
 
 # ---- cached loaders ---------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def sidebar_status() -> None:
     with st.sidebar:
         up = st.session_state.get("uploaded_dataset")
         name = f"upload: {up.name}" if up is not None else Path(st.session_state["dataset_path"]).name
-        st.caption(f"Dataset: **{name}**  \nCondition: **{st.session_state['condition']}**"
+        st.caption(f"Dataset: **{md_escape(name)}**  \nCondition: **{md_escape(st.session_state['condition'])}**"
                    + ("  \nModels: tiny test models" if S.tiny_mode() else ""))
 
 

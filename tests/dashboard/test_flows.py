@@ -126,3 +126,24 @@ def test_bulk_dismiss_needs_reason_and_confirmation(fresh_ledger):
     at.button(key="al_bulk_go").click().run()
     no_error(at)
     assert _metrics(at)["dismissed"] == str(n) and _metrics(at)["open"] == "0"
+
+
+# ---- Geometry: one selected document per condition, no rerun loop ----------------------------------
+def test_geometry_picker_and_metrics_agree_and_condition_switch_keeps_a_valid_pick(dash_env):
+    at = AppTest.from_file(page("3_geometry.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    assert at.radio(key="g_method").value == "PCA", "the instant projection is the default"
+    pick = at.selectbox(key="g_doc_clean")
+    flagged_label = pick.options[0]
+    assert flagged_label.endswith("(flagged)"), "flagged documents first, marked"
+    assert {m.label: m.value for m in at.metric}["flagged"].startswith("yes"), "label and metric agree"
+    unflagged = next(i for i, o in enumerate(pick.options) if not o.endswith("(flagged)"))
+    pick.select_index(unflagged).run()
+    no_error(at)
+    assert {m.label: m.value for m in at.metric}["flagged"] == "no"
+    assert at.selectbox(key="g_doc_clean").index == unflagged
+    at.selectbox(key="g_condition").set_value("pr_b").run()
+    no_error(at)
+    pb = at.selectbox(key="g_doc_pr_b")
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["flagged"].startswith("yes") == pb.options[pb.index].endswith("(flagged)")
