@@ -30,7 +30,7 @@ def parse_args(description: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--tiny", action="store_true", help="tiny in-process models (seconds; no generator)")
     ap.add_argument("--base-url", default=None, help="use a running `sieve serve` instead of the in-process library")
-    ap.add_argument("--defense", default="rsq", help="Sieve defense (default rsq)")
+    ap.add_argument("--defense", default="tris_l2", help="Sieve defense (default tris_l2: catches pr_b on the demo at 0.6%% clean removal)")
     ap.add_argument("--no-generate", action="store_true", help="skip the local generator")
     return ap.parse_args()
 

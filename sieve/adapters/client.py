@@ -77,7 +77,7 @@ class SieveClient:
 
     def quarantine(self, doc_id: str, text: str, who: str, reason: str = "") -> dict[str, Any]:
         """Flag one document by hand (an open alert): excluded from every later filter call."""
-        return self._call("POST", "/v1/alerts", json={"doc_id": doc_id, "text": text, "who": who, "reason": reason})
+        return self._call("POST", "/v1/quarantine", json={"doc_id": doc_id, "text": text, "who": who, "reason": reason})
 
     def transition(self, alert_id: str, action: str, who: str, why: str = "") -> dict[str, Any]:
         """``action``: confirm, dismiss or rollback (rollback needs ``why``)."""

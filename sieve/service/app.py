@@ -31,6 +31,7 @@ API_VERSION = "1.0.0"
 _FIELD_PREFIX = re.compile(r"^(query|k_ctx|documents\[(\d+)\]\.(\w+)): ")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": S.ErrorBody, "description": "The body is not UTF-8 JSON."},
     401: {"model": S.ErrorBody, "description": "Missing or wrong bearer token."},
     413: {"model": S.ErrorBody, "description": "Request body over the size limit."},
     422: {"model": S.ErrorBody, "description": "Invalid field, unknown defense/parameter or a limit (names the field)."},
@@ -182,7 +183,7 @@ def create_app(state: ServiceState) -> FastAPI:
             rows = led.alerts(state=state_, detector=detector, sort="-created", limit=limit)
             return {"alerts": [_alert(a) for a in rows], "counts": led.counts()}
 
-    @app.post("/v1/alerts", response_model=S.AlertOut, status_code=201, dependencies=guard, tags=["ledger"])
+    @app.post("/v1/quarantine", response_model=S.AlertOut, status_code=201, dependencies=guard, tags=["ledger"])
     def flag(req: S.NewAlert) -> dict[str, Any]:
         """Quarantine one document by hand (an open alert, detector 'manual'): /v1/filter, the
         adapters, ``sieve search`` and the dashboard exclude it until it is dismissed or rolled back."""

@@ -66,23 +66,27 @@ class BodySizeLimit:
                 if n > self.max_bytes:
                     await self._reject(send, n)
                     return
+        # no Content-Length (chunked): read the body up to the limit, then replay it to the app
+        chunks: list[bytes] = []
         seen = 0
-        too_big = False
-
-        async def counted() -> Message:
-            nonlocal seen, too_big
+        while True:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    too_big = True
-                    raise _TooLarge()
-            return msg
+            if msg["type"] != "http.request":
+                break
+            body = msg.get("body", b"")
+            seen += len(body)
+            if seen > self.max_bytes:
+                await self._reject(send, seen)
+                return
+            chunks.append(body)
+            if not msg.get("more_body", False):
+                break
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._reject(send, seen)
+        async def replayed() -> Message:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)
 
     async def _reject(self, send: Send, n: int) -> None:
         body = json.dumps({"detail": [{"loc": ["body"], "msg": f"request body has {n} bytes or more; the limit is "
@@ -90,7 +94,3 @@ class BodySizeLimit:
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
