@@ -6,7 +6,7 @@ import pytest
 from sieve.registry import ATTACKS, DEFENSES, RESOURCE_ROLES, Registry
 
 DEFENSE_NAMES = {"none", "tris", "tris_l1", "tris_l2", "tris_l3", "tris_full", "trustrag", "robustrag",
-                 "perplexity", "rsq", "rsq_rescore", "rsg", "rsg_rsq"}
+                 "perplexity", "rsq", "rsq_rescore", "rsg", "rsg_rsq", "answer_consistency", "fusion"}
 ATTACK_NAMES = {"pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top"}
 
 

@@ -1,0 +1,295 @@
+"""Fusion: one clean-calibrated score from the evidence of every method, with a rescored refill
+(docs/algorithms.md §14.2).
+
+Evidence per document (each oriented "higher = more suspicious"):
+
+* ``l2`` — TRIS L2's continuous score, max(Jaccard, bigram, trigram recall) of the prefix vs. the
+  query (:func:`sieve.defenses.tris.l2_features`; ∞ when the query prefix repeats);
+* ``rsq`` — RSQ's S = E_a + E_i + E_p + E_s of the document as a candidate of the current context
+  (:func:`sieve.defenses.rsq.score_candidates`; needs ≥ 20 survivors);
+* ``rsg`` — RSG's corpus-time density / tail score of the document (:mod:`sieve.defenses.rsg`,
+  fitted on the snapshot being defended);
+* ``cohesion`` — TrustRAG's cohesion signal per document: the mean judge-space cosine of the document
+  to its two nearest neighbours among the first ``cohesion_scope`` survivors (poisons of one target
+  form a tight cluster, docs/algorithms.md §8.2);
+* ``perplexity`` — exp(mean token NLL) under the packaged causal LM (§8.4);
+* ``answer`` — the answer-level corroboration score (:mod:`sieve.defenses.answer_evidence`);
+* ``ragdefender`` — RAGDefender's per-passage score when a ``ragdefender`` defense is registered.
+
+Calibration (:meth:`Fusion.calibrate`) reads clean rankings only: the evidence of every document of
+the clean generation contexts forms, per evidence, an empirical null distribution; a document's
+p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). Two combinations — Fisher's −2 Σ ln p_e (many weak
+signals) and −ln min p_e (one strong signal) — are each turned into an empirical p-value against the
+same clean documents, and the score is −ln min(P_fisher, P_min) (an omnibus of the two). The removal
+threshold is the budget rule of :mod:`sieve.defenses.budget` (docs/algorithms.md §9.2) on the clean
+scores. No attack document is read: rankings with a poison-labelled document or a non-clean
+condition are refused.
+
+Rescored refill: the first ``k_ctx`` survivors are scored; removed documents are replaced by the
+next survivors, which are scored too (RSQ and answer evidence are recomputed on the ranking without
+the removed documents), for at most ``max_rounds`` rounds. Documents that never entered a context
+keep status ``not_examined``; the context itself is built by :mod:`sieve.defenses.base`.
+
+Each decision's evidence lists every value with its p-value, and the reason names the evidence that
+pushed the document over (p ≤ 0.05 against the clean documents).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from sieve.constants import CLEAN, CLEAN_BUDGET, K_CTX
+from sieve.defenses.answer_evidence import corroboration
+from sieve.defenses.base import Defense
+from sieve.defenses.budget import removal_threshold
+from sieve.registry import DEFENSES
+from sieve.types import Decision, Inspection, Ranking
+
+if TYPE_CHECKING:
+    from sieve.resources import Resources
+
+EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender")
+#: p-value at or below which an evidence is named in the reason.
+REASON_P = 0.05
+
+
+def empirical_p(null_sorted: np.ndarray, x: float) -> float:
+    """(1 + #{null ≥ x}) / (1 + n) for an ascending ``null_sorted``."""
+    n = int(null_sorted.size)
+    ge = n - int(np.searchsorted(null_sorted, x, side="left"))
+    return (1.0 + ge) / (1.0 + n)
+
+
+def fisher_stat(ps: Sequence[float]) -> float:
+    return float(-2.0 * sum(math.log(max(p, 1e-300)) for p in ps))
+
+
+def minp_stat(ps: Sequence[float]) -> float:
+    return float(-math.log(max(min(ps), 1e-300))) if ps else 0.0
+
+
+@DEFENSES.register
+class Fusion(Defense):
+    """Clean-calibrated fusion of per-document evidence with a rescored refill (docs/algorithms.md §14.2).
+
+    Parameters: ``threshold`` (on the omnibus score; ``None`` = calibrate), ``evidence`` (the names
+    used, a subset of :data:`EVIDENCE`; ablations drop one), ``max_rounds`` (3: rescoring rounds of
+    the refill), ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence).
+    Learned in :meth:`calibrate`: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
+    ``minp_null_`` and ``threshold``.
+    """
+
+    name = "fusion"
+    summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion, perplexity and answer evidence: clean-only "
+               "p-values, omnibus score, budget threshold, rescored refill.")
+    paper = "Sieve extension (docs/algorithms.md §14.2)"
+    needs = ("retriever", "judge", "causal_lm", "token_encoder")
+    corpus_time = True
+    threshold_param = "threshold"
+
+    def __init__(self, threshold: float | None = None, evidence: Sequence[str] = EVIDENCE, max_rounds: int = 3,
+                 cohesion_scope: int = 10, duplicate_jaccard: float = 0.5) -> None:
+        ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
+        bad = [e for e in ev if e not in EVIDENCE]
+        if bad or not ev:
+            raise ValueError(f"fusion: evidence must be a non-empty subset of {', '.join(EVIDENCE)}; got {list(ev)}")
+        if int(max_rounds) < 1:
+            raise ValueError("fusion: max_rounds must be >= 1")
+        super().__init__(threshold=threshold, evidence=ev, max_rounds=max_rounds, cohesion_scope=cohesion_scope,
+                         duplicate_jaccard=duplicate_jaccard)
+
+    # -- corpus time ------------------------------------------------------------------------------
+    def fit(self, snapshot: Any, resources: "Resources") -> "Fusion":
+        """Fit the RSG component on the snapshot being defended (no labels are read)."""
+        if "rsg" in self.evidence:
+            from sieve.defenses.rsg import RSG
+
+            self.rsg_ = RSG().fit(snapshot, resources)
+        if "ragdefender" in self.evidence and "ragdefender" in DEFENSES.names():
+            rd = DEFENSES.create("ragdefender")
+            self.ragdefender_ = rd.fit(snapshot, resources) or rd
+        return self
+
+    # -- evidence ---------------------------------------------------------------------------------
+    def _static(self, ranking: Ranking, resources: "Resources", idx: list[int]) -> dict[int, dict[str, float]]:
+        """Evidence that does not depend on the other documents of the context."""
+        docs = ranking.documents
+        out: dict[int, dict[str, float]] = {i: {} for i in idx}
+        ev = self.evidence
+        if "l2" in ev:
+            from sieve.defenses.tris import QueryGrams, l2_features
+
+            qg = QueryGrams.of(ranking.query)
+            for i in idx:
+                f = l2_features(qg, docs[i].text)
+                out[i]["l2"] = 10.0 if f.repeat_trigger else max(f.jaccard, f.bigram_overlap, f.trigram_overlap)
+        if "perplexity" in ev:
+            for i, tr in zip(idx, resources.lm_traces([docs[i].text for i in idx])):
+                tr = np.asarray(tr, dtype=np.float64)
+                if tr.size:
+                    out[i]["perplexity"] = float(math.exp(min(float(tr.mean()), 700.0)))
+        rsg = getattr(self, "rsg_", None)
+        if "rsg" in ev and rsg is not None:
+            for i, d in zip(idx, rsg.decisions_for(Ranking(ranking.query, [docs[i] for i in idx]))):
+                if d.score is not None:
+                    out[i]["rsg"] = float(d.score)
+        rd = getattr(self, "ragdefender_", None)
+        if "ragdefender" in ev and rd is not None:
+            try:
+                for d, i in zip(rd.inspect(ranking, resources, K_CTX).decisions, range(len(docs))):
+                    if i in out and d.score is not None:
+                        out[i]["ragdefender"] = float(d.score)
+            except Exception:  # noqa: BLE001 - a peer baseline failing must not break the fused detector
+                pass
+        return out
+
+    def _contextual(self, ranking: Ranking, resources: "Resources", survivors: list[int], ctx: list[int],
+                    k: int) -> dict[int, dict[str, float]]:
+        """Evidence that depends on the current context: RSQ, cohesion, answer corroboration."""
+        docs = ranking.documents
+        out: dict[int, dict[str, float]] = {i: {} for i in ctx}
+        ev = self.evidence
+        if "rsq" in ev and len(survivors) >= 20:
+            from sieve.defenses.rsq import score_candidates
+
+            sub = Ranking(ranking.query, [docs[i] for i in survivors], ranking.query_id, ranking.condition)
+            rows, _ = score_candidates(sub, resources, trace_tokens=False)
+            pos = {docs[i].id: i for i in survivors}
+            for r in rows:
+                if pos[r.doc_id] in out:
+                    out[pos[r.doc_id]]["rsq"] = float(r.S)
+        if "cohesion" in ev:
+            scope = survivors[:max(int(self.cohesion_scope), k)]
+            if len(scope) >= 3:
+                X = resources.judge_embeddings([docs[i].text for i in scope])
+                X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+                S = X @ X.T
+                np.fill_diagonal(S, -np.inf)
+                where = {i: j for j, i in enumerate(scope)}
+                for i in ctx:
+                    top2 = np.sort(S[where[i]])[-2:]
+                    out[i]["cohesion"] = float(np.mean(top2))
+        if "answer" in ev:
+            texts = [d.text for d in docs]
+            ref = [i for i in survivors if i not in set(ctx)]
+            cor = corroboration(ranking.query, texts, ctx, ref, float(self.duplicate_jaccard))
+            for i, c in cor.items():
+                out[i]["answer"] = c.score
+                out[i]["answer_text"] = c.answer.text  # type: ignore[assignment]
+        return out
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def _pvalues(self, values: dict[str, float]) -> dict[str, float]:
+        null = getattr(self, "null_", None) or {}
+        return {e: empirical_p(null[e], float(v)) for e, v in values.items()
+                if e in null and isinstance(v, (int, float)) and null[e].size}
+
+    def _score(self, values: dict[str, float]) -> tuple[float | None, dict[str, float]]:
+        ps = self._pvalues(values)
+        if not ps:
+            return None, ps
+        f, m = fisher_stat(list(ps.values())), minp_stat(list(ps.values()))
+        pf = empirical_p(self.fisher_null_, f)
+        pm = empirical_p(self.minp_null_, m)
+        return float(-math.log(min(pf, pm))), ps
+
+    def _rounds(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, thr: float | None,
+                collect: bool = False) -> tuple[dict[int, dict[str, Any]], set[int], int]:
+        """The rescored refill: evidence (and, with a threshold, removals) round by round."""
+        n = len(ranking.documents)
+        k = n if k_ctx is None else min(int(k_ctx), n)
+        removed: set[int] = set()
+        seen: dict[int, dict[str, Any]] = {}
+        rounds = 0
+        static: dict[int, dict[str, float]] = {}
+        for rnd in range(1, int(self.max_rounds) + 1):
+            survivors = [i for i in range(n) if i not in removed]
+            ctx = survivors[:k]
+            new_idx = [i for i in ctx if i not in static]
+            static.update(self._static(ranking, resources, new_idx))
+            ctxev = self._contextual(ranking, resources, survivors, ctx, k)
+            rounds = rnd
+            flagged = []
+            for i in ctx:
+                values = {**static[i], **ctxev[i]}
+                answer_text = values.pop("answer_text", None)
+                rec: dict[str, Any] = {"values": values, "round": rnd, "answer_text": answer_text}
+                if not collect:
+                    score, ps = self._score(values)
+                    rec.update(score=score, p=ps)
+                    if thr is not None and score is not None and score >= thr:
+                        flagged.append(i)
+                seen[i] = rec
+            if not flagged:
+                break
+            removed |= set(flagged)
+        return seen, removed, rounds
+
+    # -- calibration ------------------------------------------------------------------------------
+    def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
+                  clean_budget: float = CLEAN_BUDGET, k_ctx: int | None = K_CTX) -> "Fusion":
+        """Learn the per-evidence clean nulls, the combination nulls and the budget threshold from
+        clean rankings only (module docstring). Refuses any ranking that is not clean."""
+        for r in clean_rankings:
+            if r.condition != CLEAN or any(d.poison for d in r.documents):
+                raise ValueError(f"fusion: calibration reads clean rankings only; query {r.query_id or r.query!r} "
+                                 f"(condition {r.condition!r}) holds attack documents")
+        rows: list[dict[str, float]] = []
+        for r in clean_rankings:
+            seen, _, _ = self._rounds(r, resources, k_ctx, None, collect=True)
+            rows.extend(rec["values"] for rec in seen.values())
+        if not rows:
+            raise ValueError("fusion: no clean documents to calibrate on")
+        self.null_ = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64))
+                      for e in self.evidence}
+        self.null_ = {e: v for e, v in self.null_.items() if v.size}
+        per = [self._pvalues(row) for row in rows]
+        self.fisher_null_ = np.sort(np.asarray([fisher_stat(list(p.values())) for p in per if p]))
+        self.minp_null_ = np.sort(np.asarray([minp_stat(list(p.values())) for p in per if p]))
+        scores = [s for s in (self._score(row)[0] for row in rows) if s is not None]
+        self.clean_scores_ = scores
+        self.threshold_ = removal_threshold(scores, clean_budget)
+        self.set_params(threshold=self.threshold_)
+        return self
+
+    def calibration_scores(self, clean_rankings: list[Ranking], resources: "Resources",
+                           k_ctx: int | None = K_CTX) -> list[float]:
+        return list(getattr(self, "clean_scores_", []))
+
+    # -- protocol ---------------------------------------------------------------------------------
+    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+        if getattr(self, "null_", None) is None:
+            raise ValueError("fusion: not calibrated; call calibrate(clean_rankings, resources) "
+                             "(prepare_defense does) or load a calibrated defense")
+        t0 = time.perf_counter()
+        thr = None if self.threshold is None else float(self.threshold)
+        seen, removed, rounds = self._rounds(ranking, resources, k_ctx, thr)
+        out = []
+        for i, d in enumerate(ranking.documents):
+            rec = seen.get(i)
+            if rec is None:
+                out.append(Decision(d.id, False, "not_examined", threshold=thr, layer="fusion",
+                                    reason="never entered the generation context (no refill reached it)"))
+                continue
+            score, ps = rec["score"], rec["p"]
+            ev = {"values": rec["values"], "p_values": ps, "round": rec["round"]}
+            if rec.get("answer_text"):
+                ev["answer"] = rec["answer_text"]
+            if score is None:
+                out.append(Decision(d.id, False, "unavailable", None, thr, ev, "no evidence available", "fusion"))
+                continue
+            rem = i in removed
+            drivers = sorted((p, e) for e, p in ps.items() if p <= REASON_P)
+            ev["drivers"] = [e for _, e in drivers]
+            why = (", ".join(f"{e} {rec['values'][e]:.3g} (p={p:.3f})" for p, e in drivers)
+                   or "no single evidence below p=0.05")
+            where = f"round {rec['round']}" + (" (refill)" if rec["round"] > 1 else "")
+            reason = (f"fused score {score:.2f} {'≥' if rem else '<'} {thr:.2f} ({where}); "
+                      + (f"pushed over by {why}; removed" if rem else f"strongest: {why}; kept")
+                      if thr is not None else f"fused score {score:.2f} (calibrating)")
+            out.append(Decision(d.id, rem, "scored", score, thr, ev, reason, "fusion"))
+        info = {"rounds": rounds, "removed": len(removed)}
+        return Inspection(out, info, latency_ms={"total": (time.perf_counter() - t0) * 1000})
