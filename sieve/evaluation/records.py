@@ -108,7 +108,11 @@ def read_records(run_dir: str | Path, repair: bool = False) -> list[dict[str, An
     path = Path(run_dir) / "records.jsonl"
     if not path.exists():
         return []
-    raw = path.read_text(encoding="utf-8")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise RunError(f"{path}:{line}: not UTF-8 text (damaged); repair or delete the line, or rerun with --force") from None
     lines = raw.split("\n")
     out: list[dict[str, Any]] = []
     good_chars = 0
