@@ -7,8 +7,9 @@ alias first) is replaced by ``target_answer`` and nothing else changes. The pois
 next to its source in every embedding space (cosine ≈ 0.99; the measured retriever cosine is recorded
 in each poison's ``cosine_to_source``), carries no trigger and no cluster of siblings.
 
-Poison j copies gold passage ``j mod n_gold``; the shipped demo records hold one poison per query
-(``scripts/build_demo_attacks.py``). ``payload_index`` names the slot (the payload text is not used).
+Poison j copies the gold passage of cosine rank ``j mod n_gold`` (the attacker's closest copy first);
+the shipped demo records hold one poison per query (``scripts/build_demo_attacks.py``).
+``payload_index`` names the slot (the payload text is not used).
 """
 from __future__ import annotations
 
@@ -68,11 +69,12 @@ class NearDuplicateAttack(Attack):
         vecs = retr.encode([g.text for g, _, _ in edits] + [t for _, t, _ in edits])
         n = len(edits)
         cos = [float(vecs[i] @ vecs[n + i]) for i in range(n)]
+        order = sorted(range(n), key=lambda i: (-cos[i], i))
         out = {}
         for p in payload_indices:
-            g_i = p % n
+            g_i = order[p % n]
             g, text, spans = edits[g_i]
-            out[p] = (text, {"trigger": "", "source_id": g.id, "replaced_spans": spans,
+            out[p] = (text, {"trigger": "", "source_id": g.id, "replaced_spans": spans, "gold_passages": n,
                              "cosine_to_source": round(cos[g_i], 6), "retriever": getattr(retr, "model_id", ""),
                              "single": True})
             self._cosines.append(cos[g_i])

@@ -97,3 +97,23 @@ def test_judge_aware_parameter_errors():
     for bad in ({"iterations": -1}, {"candidates": 0}, {"neighbours": 2}):
         with pytest.raises(ValueError, match=re.escape(next(iter(bad)))):
             ATTACKS.create("judge_aware", **bad)
+
+
+def test_near_duplicate_copies_the_closest_gold_passage_first(targets, tiny_resources, attack_dataset):
+    import json
+
+    long_gold = ("Jane Austen wrote many letters. Critics still debate the ending of the novel, the Bennet family, "
+                 "the dances at Netherfield, the estate at Pemberley and the long walks through the countryside.")
+    with open(attack_dataset / "corpus.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"id": "g1b", "text": long_gold}) + "\n")
+    with open(attack_dataset / "qrels.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"query_id": "q1", "document_id": "g1b", "score": 1}) + "\n")
+    from sieve.attacks.sources import _load
+
+    _load.cache_clear()
+    out = generate_attack("near_duplicate", targets[:1], tiny_resources, volume=3, data=str(attack_dataset))
+    docs = out.records[0].documents
+    cos = [d.metadata["cosine_to_source"] for d in docs]
+    assert {docs[0].metadata["source_id"], docs[1].metadata["source_id"]} == {"g1", "g1b"}
+    assert cos[0] >= cos[1] and docs[2].metadata["source_id"] == docs[0].metadata["source_id"]
+    assert all(d.metadata["gold_passages"] == 2 for d in docs)
