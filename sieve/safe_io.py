@@ -51,18 +51,16 @@ def in_a_dataset(path: str | os.PathLike[str]) -> bool:
 
 def dataset_files(dataset_path: str | os.PathLike[str]) -> list[Path]:
     """Every file that belongs to a dataset: the file itself for a single-file corpus, else the
-    data files of the directory and of its sub-directories (``qrels/``, BEIR layouts)."""
+    data files at the top of the directory and under ``qrels/`` (BEIR layout). Sub-directories
+    such as ``runs/`` hold outputs, not data."""
     p = Path(dataset_path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         return []
-    out = []
-    for f in p.rglob("*"):
-        if f.is_file() and f.suffix.lower() in DATASET_FILE_SUFFIXES and not any(
-                part.startswith(".") for part in f.relative_to(p).parts):
-            out.append(f)
-    return out
+    candidates = [*p.iterdir(), *((p / "qrels").rglob("*") if (p / "qrels").is_dir() else [])]
+    return [f for f in candidates
+            if f.is_file() and f.suffix.lower() in DATASET_FILE_SUFFIXES and not f.name.startswith(".")]
 
 
 def check_output(path: str | os.PathLike[str], *, force: bool = False, protected: Iterable[str | os.PathLike[str]] = (),
