@@ -17,14 +17,16 @@ flagged documents from rankings (refill from the saved ranking) and the CLI reco
 quarantine ledger. Nothing is deleted. Scores depend on the whole snapshot: refit after any
 corpus change.
 
-Approximate modes (``mode="hnsw"`` / ``"ivf"``) use FAISS IndexHNSWFlat / IndexIVFFlat for large
-corpora; :func:`neighbour_recall` measures their neighbour recall against the exact graph.
+Neighbour search is sieve/index/knn.py: ``exact``, ``ivf`` (IVF-Flat self-join), ``hnsw`` or ``auto``
+(exact for small corpora, IVF past them); approximate audits carry their neighbour recall@k measured
+against exact on a sample (``RSGAudit.recall``). The per-document statistics
+(:func:`density_statistics`) and the corpus tail/decision (:func:`corpus_decision`) are single
+functions shared with the Ray engine (sieve/scale/ray_engine.py).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -32,6 +34,7 @@ from sieve.constants import K_CTX
 from sieve.defenses.base import Defense
 from sieve.defenses.scripts import ascii_tokens, script_profile
 from sieve.defenses.stats import corpus_upper_tail
+from sieve.index.knn import HNSW_EF_SEARCH, HNSW_M, IVF_NPROBE
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Inspection, Ranking
 
@@ -51,11 +54,11 @@ class RSGParams:
     multiscript_gate: int = 3
     target_alert_fraction: float = 0.05  # α_G
     decision_threshold: float = 0.5      # η_G
-    mode: str = "exact"                 # "exact" | "hnsw" | "ivf"
-    hnsw_m: int = 32
-    hnsw_ef_search: int = 128
-    ivf_nprobe: int = 16
-    block_size: int = 512
+    mode: str = "exact"                 # "exact" | "ivf" | "hnsw" | "auto" (sieve/index/knn.py)
+    hnsw_m: int = HNSW_M
+    hnsw_ef_search: int = HNSW_EF_SEARCH
+    ivf_nprobe: int = IVF_NPROBE
+    block_size: int = 1024
     progress: bool = False
 
 
@@ -118,7 +121,9 @@ class RSGAudit:
     flagged: np.ndarray              # bool
     f_I: float
     f_T: float
-    script_fields: list[dict[str, Any]] = field(default_factory=list)
+    script_fields: Sequence[dict[str, Any]] = field(default_factory=list)
+    knn: dict[str, Any] = field(default_factory=dict)        # the kNN plan (sieve/index/knn.py)
+    recall: dict[str, Any] | None = None                      # sampled neighbour recall@k (approximate)
     _pos: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -171,8 +176,10 @@ class RSGAudit:
 
 # ---------------------------------------------------------------------------------------------
 def _validate(ids: Sequence[str], texts: Sequence[str], vectors: Any) -> np.ndarray:
-    """Validation errors of §4, as clear ValueErrors."""
-    arr = np.asarray(vectors)
+    """Validation errors of §4, as clear ValueErrors; returns float32 unit rows (converted block by
+    block, so a float16 memory map is never held twice)."""
+    shape = getattr(vectors, "shape", None)
+    arr = vectors if shape is not None else np.asarray(vectors)
     if arr.ndim != 2:
         raise ValueError(f"RSG: vectors must be a 2-D matrix, got shape {arr.shape}")
     if arr.shape[0] < 2:
@@ -181,60 +188,20 @@ def _validate(ids: Sequence[str], texts: Sequence[str], vectors: Any) -> np.ndar
         raise ValueError(f"RSG: vectors must be a float matrix, got dtype {arr.dtype}")
     if len(texts) != arr.shape[0] or len(ids) != arr.shape[0]:
         raise ValueError(f"RSG: length mismatch: {len(ids)} ids, {len(texts)} texts, {arr.shape[0]} vectors")
-    x = arr.astype(np.float32, copy=True)
-    if not np.all(np.isfinite(x)):
-        bad = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
-        raise ValueError(f"RSG: non-finite values in the vector of document {ids[bad]!r} (row {bad})")
-    norms = np.linalg.norm(x, axis=1)
-    if np.any(norms == 0):
-        bad = int(np.flatnonzero(norms == 0)[0])
-        raise ValueError(f"RSG: zero vector for document {ids[bad]!r} (row {bad})")
-    x /= norms[:, None]
+    n = arr.shape[0]
+    x = np.empty(arr.shape, np.float32)
+    for s in range(0, n, 65_536):
+        blk = np.asarray(arr[s: s + 65_536], dtype=np.float32)
+        finite = np.isfinite(blk).all(axis=1)
+        if not finite.all():
+            bad = s + int(np.flatnonzero(~finite)[0])
+            raise ValueError(f"RSG: non-finite values in the vector of document {ids[bad]!r} (row {bad})")
+        norms = np.linalg.norm(blk, axis=1)
+        if np.any(norms == 0):
+            bad = s + int(np.flatnonzero(norms == 0)[0])
+            raise ValueError(f"RSG: zero vector for document {ids[bad]!r} (row {bad})")
+        x[s: s + 65_536] = blk / norms[:, None]
     return x
-
-
-def _knn(x: np.ndarray, k: int, p: RSGParams) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k other documents per row (self masked), sorted by similarity descending."""
-    import faiss
-
-    n, d = x.shape
-    mode = p.mode
-    if mode == "exact":
-        index = faiss.IndexFlatIP(d)
-    elif mode == "hnsw":
-        index = faiss.IndexHNSWFlat(d, p.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = max(40, p.hnsw_ef_search)
-        index.hnsw.efSearch = max(p.hnsw_ef_search, k + 1)
-    elif mode == "ivf":
-        nlist = max(1, min(int(4 * math.sqrt(n)), n // 39 or 1))
-        quantizer = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(0)
-        sample = x if n <= 256 * nlist else x[rng.choice(n, 256 * nlist, replace=False)]
-        index.train(sample)
-        index.nprobe = min(nlist, p.ivf_nprobe)
-    else:
-        raise ValueError(f"RSG: unknown mode {mode!r}; use 'exact', 'hnsw' or 'ivf'")
-    index.add(x)
-    nb_ids = np.full((n, k), -1, np.int64)
-    nb_sims = np.full((n, k), -np.inf, np.float32)
-    blocks = range(0, n, p.block_size)
-    if p.progress:
-        from tqdm import tqdm
-
-        blocks = tqdm(blocks, total=math.ceil(n / p.block_size), desc=f"RSG kNN ({mode})", unit="block")
-    for start in blocks:
-        stop = min(n, start + p.block_size)
-        sims, idx = index.search(x[start:stop], k + 1)
-        for r in range(stop - start):
-            i = start + r
-            ids_r, sims_r = idx[r], sims[r]
-            keep = (ids_r != i) & (ids_r >= 0)
-            ids_r, sims_r = ids_r[keep][:k], sims_r[keep][:k]
-            order = np.argsort(-sims_r, kind="stable")
-            nb_ids[i, : ids_r.size] = ids_r[order]
-            nb_sims[i, : ids_r.size] = sims_r[order]
-    return nb_ids, nb_sims
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -242,9 +209,143 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / union if union else 0.0
 
 
+@dataclass
+class DensityStats:
+    """Per-document statistics of §4.2–4.3 for a batch of rows (arrays aligned with ``rows``)."""
+
+    rows: np.ndarray         # [m] corpus row indices
+    eligible: np.ndarray     # [m, k] bool
+    kept: np.ndarray         # [m, k] bool
+    jaccard: np.ndarray      # [m, k] float32 (NaN where not computed)
+    floor: np.ndarray        # b_i
+    core_mean: np.ndarray    # μ_i
+    density: np.ndarray      # D_i float32
+
+
+def density_statistics(rows: np.ndarray, nb_ids: np.ndarray, nb_sims: np.ndarray,
+                       tokens: Callable[[int], frozenset[str]], p: RSGParams) -> DensityStats:
+    """§4.2–4.3 for the documents ``rows`` given their neighbour lists (``nb_ids``/``nb_sims`` rows
+    aligned with ``rows``): the similarity walk, the lexical ceiling, b_i, μ_i and D_i.
+
+    The ONE implementation of the per-document statistics: the local engine calls it on the whole
+    corpus, the Ray engine (sieve/scale/ray_engine.py) on each batch. ``tokens(j)`` returns the ASCII
+    token set of corpus row ``j`` (neighbours may lie outside the batch)."""
+    rows = np.asarray(rows, np.int64)
+    nb_ids = np.asarray(nb_ids, np.int64)
+    sims = np.asarray(nb_sims, np.float32)
+    m, k = nb_ids.shape
+    valid = nb_ids >= 0
+    has = valid.any(axis=1)
+    last = k - 1 - np.argmax(valid[:, ::-1], axis=1)
+    floor = np.where(has, sims[np.arange(m), last], np.float32(0.0)).astype(np.float32)
+    # the walk stops at the first similarity below the threshold (or the first missing neighbour)
+    eligible = np.cumprod(valid & (sims >= np.float32(p.semantic_threshold)), axis=1).astype(bool)
+    jac = np.full((m, k), np.nan, np.float32)
+    r_idx, c_idx = np.nonzero(eligible)
+    if r_idx.size:
+        vals = np.fromiter((_jaccard(tokens(int(rows[r])), tokens(int(nb_ids[r, c])))
+                            for r, c in zip(r_idx.tolist(), c_idx.tolist())), np.float64, r_idx.size)
+        jac[r_idx, c_idx] = vals.astype(np.float32)
+        kept_vals = vals <= p.lexical_ceiling
+    else:
+        kept_vals = np.zeros(0, bool)
+    kept = np.zeros((m, k), bool)
+    kept[r_idx[kept_vals], c_idx[kept_vals]] = True
+    count = kept.sum(axis=1)
+    # μ_i: mean of the first dense_core_count retained similarities, summed in float32 as np.mean does
+    rank = np.cumsum(kept, axis=1)
+    core_mask = kept & (rank <= p.dense_core_count)
+    n_core = core_mask.sum(axis=1)
+    core_sum = np.where(core_mask, sims, np.float32(0.0)).sum(axis=1, dtype=np.float32)
+    mu = np.where(n_core > 0, core_sum / np.maximum(n_core, 1).astype(np.float32), floor).astype(np.float32)
+    support = np.minimum(1.0, count / p.support_scale)
+    b64 = floor.astype(np.float64)
+    excess = (mu.astype(np.float64) - b64) / np.maximum(1e-6, 1.0 - b64)
+    density = (support * np.clip(excess, 0.0, 1.0)).astype(np.float32)
+    return DensityStats(rows, eligible, kept, jac, floor, mu, density)
+
+
+@dataclass
+class CorpusDecision:
+    """§4.5: the corpus tail, the shared budget and the flags."""
+
+    tail_p: np.ndarray
+    topology: np.ndarray
+    score: np.ndarray
+    flagged: np.ndarray
+    f_I: float
+    f_T: float
+
+
+def corpus_decision(density: np.ndarray, integrity: np.ndarray, p: RSGParams) -> CorpusDecision:
+    """The corpus tail p_i = #{D_j ≥ D_i}/(N+1), the budget f_T = max(0, α − f_I), T_i, score and
+    flags (§4.5). Used by both engines on the full density vector."""
+    n = density.size
+    tail = corpus_upper_tail(density)
+    f_I = float(np.mean(integrity >= 0.5))
+    f_T = max(0.0, p.target_alert_fraction - f_I)
+    topology = np.minimum(1.0, p.decision_threshold * f_T / tail) if f_T > 0 else np.zeros(n)
+    score = np.maximum(topology, integrity.astype(np.float64))
+    return CorpusDecision(tail, topology, score, score >= p.decision_threshold, f_I, f_T)
+
+
+class ScriptFields(Sequence):
+    """Per-document script profile fields (§4.4), stored as arrays: ``fields[i]`` is a dict."""
+
+    def __init__(self, scripts: list[tuple[str, ...]], transitions: np.ndarray, mixed: np.ndarray,
+                 rate: np.ndarray) -> None:
+        self.scripts, self.transitions, self.mixed, self.rate = scripts, transitions, mixed, rate
+
+    def __len__(self) -> int:
+        return len(self.scripts)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return {"scripts": list(self.scripts[i]), "transitions": int(self.transitions[i]),
+                "mixed_fraction": float(self.mixed[i]), "transition_rate": float(self.rate[i])}
+
+
+def script_fields(texts: Sequence[str], gate: int) -> tuple[np.ndarray, ScriptFields]:
+    """I_i and the script fields of every text (§4.4)."""
+    n = len(texts)
+    integrity = np.zeros(n, np.int8)
+    trans = np.zeros(n, np.int32)
+    mixed = np.zeros(n, np.float32)
+    rate = np.zeros(n, np.float32)
+    interned: dict[tuple[str, ...], tuple[str, ...]] = {}
+    scripts: list[tuple[str, ...]] = []
+    for i, t in enumerate(texts):
+        pr = script_profile(t, gate)
+        key = tuple(pr.scripts)
+        scripts.append(interned.setdefault(key, key))
+        integrity[i], trans[i], mixed[i], rate[i] = pr.integrity, pr.transitions, pr.mixed_fraction, pr.transition_rate
+    return integrity, ScriptFields(scripts, trans, mixed, rate)
+
+
+class TokenSets:
+    """ASCII token sets of a corpus, computed on first use (most documents never need theirs)."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = texts
+        self.cache: dict[int, frozenset[str]] = {}
+
+    def __call__(self, j: int) -> frozenset[str]:
+        s = self.cache.get(j)
+        if s is None:
+            s = self.cache[j] = frozenset(ascii_tokens(self.texts[j]))
+        return s
+
+
 def audit_corpus(ids: Sequence[str], texts: Sequence[str], vectors: Any,
-                 params: RSGParams | None = None, **overrides: Any) -> RSGAudit:
-    """Run RSG over a snapshot (§4). ``overrides`` replace fields of ``params`` (e.g. ``mode="hnsw"``)."""
+                 params: RSGParams | None = None, *, recall_sample: int | None = None,
+                 **overrides: Any) -> RSGAudit:
+    """Run RSG over a snapshot (§4). ``overrides`` replace fields of ``params`` (e.g. ``mode="ivf"``).
+
+    Approximate modes measure neighbour recall@k against exact on ``recall_sample`` rows
+    (default :data:`sieve.index.knn.RECALL_SAMPLE`; 0 skips it) and store it in ``audit.recall``."""
+    from sieve.index.knn import knn_graph
+
     p = params or RSGParams()
     if overrides:
         p = RSGParams(**{**asdict(p), **overrides})
@@ -252,54 +353,41 @@ def audit_corpus(ids: Sequence[str], texts: Sequence[str], vectors: Any,
     texts = list(texts)
     x = _validate(ids, texts, vectors)
     n = x.shape[0]
-    k = min(p.neighbor_count, n - 1)
-    nb_ids, nb_sims = _knn(x, k, p)
-    token_sets = [frozenset(ascii_tokens(t)) for t in texts]
+    knn = knn_graph(None, p.neighbor_count, p.mode, x=x, progress=p.progress, block=p.block_size,
+                    **_plan_args(p))
+    recall = _recall(x, knn.ids, knn.plan.mode, recall_sample)
+    del x
+    return assemble_audit(ids, texts, knn.ids, knn.sims, p, knn_plan=knn.plan.to_dict(), recall=recall)
 
-    eligible = np.zeros((n, k), bool)
-    kept = np.zeros((n, k), bool)
-    jac = np.full((n, k), np.nan, np.float32)
-    floor = np.zeros(n, np.float32)
-    core = np.zeros(n, np.float32)
-    density = np.zeros(n, np.float32)
-    below = nb_sims < np.float32(p.semantic_threshold)
-    for i in range(n):
-        valid = nb_ids[i] >= 0
-        last = int(np.flatnonzero(valid)[-1]) if valid.any() else None
-        b = np.float32(nb_sims[i, last]) if last is not None else np.float32(0.0)
-        floor[i] = b
-        stop = int(np.argmax(below[i])) if below[i].any() else k     # first sim < threshold
-        retained: list[np.float32] = []
-        for j in range(stop):
-            if nb_ids[i, j] < 0:
-                break
-            eligible[i, j] = True
-            jv = _jaccard(token_sets[i], token_sets[int(nb_ids[i, j])])
-            jac[i, j] = jv
-            if jv <= p.lexical_ceiling:
-                kept[i, j] = True
-                retained.append(nb_sims[i, j])
-        support = min(1.0, len(retained) / p.support_scale)
-        mu = np.float32(np.mean(np.asarray(retained[: p.dense_core_count], np.float32))) if retained else b
-        core[i] = mu
-        excess = (float(mu) - float(b)) / max(1e-6, 1.0 - float(b))
-        density[i] = np.float32(support * min(1.0, max(0.0, excess)))
 
-    profiles = [script_profile(t, p.multiscript_gate) for t in texts]
-    integrity = np.array([pr.integrity for pr in profiles], np.int8)
-    tail = corpus_upper_tail(density)
-    f_I = float(np.mean(integrity >= 0.5))
-    f_T = max(0.0, p.target_alert_fraction - f_I)
-    topology = np.minimum(1.0, p.decision_threshold * f_T / tail) if f_T > 0 else np.zeros(n)
-    score = np.maximum(topology, integrity.astype(np.float64))
-    flagged = score >= p.decision_threshold
+def _plan_args(p: RSGParams) -> dict[str, Any]:
+    return {"nprobe": p.ivf_nprobe, "hnsw_m": p.hnsw_m, "ef_search": p.hnsw_ef_search}
+
+
+def _recall(x: np.ndarray, nb_ids: np.ndarray, mode: str, sample: int | None) -> dict[str, Any] | None:
+    from sieve.index.knn import RECALL_SAMPLE, sampled_recall
+
+    if mode == "exact":
+        return None
+    sample = RECALL_SAMPLE if sample is None else sample
+    return sampled_recall(x, nb_ids, sample=sample) if sample > 0 else None
+
+
+def assemble_audit(ids: list[str], texts: list[str], nb_ids: np.ndarray, nb_sims: np.ndarray, p: RSGParams,
+                   stats: DensityStats | None = None, *, knn_plan: dict[str, Any] | None = None,
+                   recall: dict[str, Any] | None = None) -> RSGAudit:
+    """Statistics (unless given, e.g. gathered from Ray batches), integrity and the corpus decision."""
+    n = len(ids)
+    if stats is None:
+        stats = density_statistics(np.arange(n), nb_ids, nb_sims, TokenSets(texts), p)
+    integrity, fields = script_fields(texts, p.multiscript_gate)
+    dec = corpus_decision(stats.density, integrity, p)
     return RSGAudit(
-        ids=ids, params=p, neighbour_ids=nb_ids, neighbour_sims=nb_sims, eligible=eligible, kept=kept,
-        jaccard=jac, floor=floor, core_mean=core, density=density, tail_p=tail, integrity=integrity,
-        topology=topology, score=score, flagged=flagged, f_I=f_I, f_T=f_T,
-        script_fields=[{"scripts": pr.scripts, "transitions": pr.transitions,
-                        "mixed_fraction": pr.mixed_fraction, "transition_rate": pr.transition_rate}
-                       for pr in profiles],
+        ids=ids, params=p, neighbour_ids=nb_ids, neighbour_sims=nb_sims, eligible=stats.eligible,
+        kept=stats.kept, jaccard=stats.jaccard, floor=stats.floor, core_mean=stats.core_mean,
+        density=stats.density, tail_p=dec.tail_p, integrity=integrity, topology=dec.topology,
+        score=dec.score, flagged=dec.flagged, f_I=dec.f_I, f_T=dec.f_T, script_fields=fields,
+        knn=knn_plan or {}, recall=recall,
     )
 
 
@@ -317,6 +405,14 @@ def neighbour_recall(exact: RSGAudit | np.ndarray, approx: RSGAudit | np.ndarray
         else:
             total += 1.0
     return total / a.shape[0]
+
+
+def flag_overlap(a: RSGAudit | np.ndarray, b: RSGAudit | np.ndarray) -> float:
+    """|flags(a) ∩ flags(b)| / |flags(a) ∪ flags(b)| (1.0 when neither flags anything)."""
+    fa = a.flagged if isinstance(a, RSGAudit) else np.asarray(a, bool)
+    fb = b.flagged if isinstance(b, RSGAudit) else np.asarray(b, bool)
+    union = int((fa | fb).sum())
+    return float((fa & fb).sum()) / union if union else 1.0
 
 
 # ---------------------------------------------------------------------------------------------
