@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from sieve.constants import K_CTX
+from sieve.constants import CLEAN_BUDGET, K_CTX
 from sieve.defenses.base import CONTEXT_K, Defense, copy_decision, redecide_by_score
+from sieve.defenses.budget import removal_threshold
 from sieve.defenses.l3 import L3_VARIANTS, DocVerdict, L3Outcome, make_verifier, skipped_outcome
 from sieve.defenses.text import ngram_set, word_tokens
 from sieve.registry import DEFENSES
@@ -30,6 +31,9 @@ L3_MODES = ("off", "always", "adaptive", "selective")
 CONTEXT_MODES = ("refill", "all_survivors")
 QUERY_PREFIX_TOKENS = 12  # §2.3 repeat_trigger: first ≤ 12 query tokens
 L1_THRESHOLD = 0.5        # L1 score is 1.0 outside the majority cluster, 0.0 inside; removed iff ≥ 0.5
+#: L3 likelihood delta threshold (nats/token) used while ``l3_delta_threshold`` is not calibrated
+#: (docs/models.md; docs/algorithms.md §14.3).
+L3_DEFAULT_DELTA = 1.0
 
 
 _THREADPOOLS: Any = None
@@ -180,8 +184,13 @@ class TRIS(Defense):
       layer counts as having removed nothing.
     * ``l3_variant``: ``auto`` (likelihood verifier for a local LLM, prompted JSON verifier for an
       endpoint), ``prompted``, ``likelihood``, ``paper`` (§2.4.1 SAFE/CONTRADICTORY reproduction).
-      ``l3_confidence_threshold`` = 4.0 and ``l3_delta_threshold`` = 1.0 nats/token configure the
-      likelihood verifier (see :class:`~sieve.defenses.l3.LikelihoodVerifier`).
+      ``l3_confidence_threshold`` = 4.0 and ``l3_delta_threshold`` configure the likelihood verifier
+      (see :class:`~sieve.defenses.l3.LikelihoodVerifier`). ``l3_delta_threshold`` = ``None`` (default)
+      is calibrated on clean rankings with the one budget rule (docs/algorithms.md §14.3,
+      :meth:`calibrate`): L3 then removes at most the clean budget of the clean documents it judges;
+      until calibrated (no LLM, the prompted back-end, or no clean L3 verdicts) it is 1.0.
+      ``l3_calibration_queries`` (24) caps the clean queries L3 is calibrated on (≈ 6 local-LLM
+      calls each).
       Without an LLM (``resources.llm is None``) L3 is ``skipped`` with reason "no LLM configured".
     * ``context_mode``: ``refill`` (default, docs/design.md: first ``k_ctx`` survivors) or
       ``all_survivors`` (TRIS's variable-length context, §1.6; ``k_ctx`` ignored: the inspection
@@ -225,7 +234,8 @@ class TRIS(Defense):
     def __init__(self, use_l1: bool = True, use_l2: bool = True, cluster_count: int = 2,
                  prefix_token_count: int = 20, jaccard_threshold: float = 0.8, ngram_threshold: float = 0.8,
                  l3_mode: str = "adaptive", l3_variant: str = "auto", l3_confidence_threshold: float = 4.0,
-                 l3_delta_threshold: float = 1.0, context_mode: str = "refill", l3_scope: str = "context") -> None:
+                 l3_delta_threshold: float | None = None, context_mode: str = "refill", l3_scope: str = "context",
+                 l3_calibration_queries: int = 24) -> None:
         if l3_scope not in ("context", "all"):
             raise ValueError(f"tris: l3_scope must be 'context' or 'all'; got {l3_scope!r}")
         if l3_mode not in L3_MODES:
@@ -240,7 +250,56 @@ class TRIS(Defense):
                          prefix_token_count=prefix_token_count, jaccard_threshold=jaccard_threshold,
                          ngram_threshold=ngram_threshold, l3_mode=l3_mode, l3_variant=l3_variant,
                          l3_confidence_threshold=l3_confidence_threshold, l3_delta_threshold=l3_delta_threshold,
-                         context_mode=context_mode, l3_scope=l3_scope)
+                         context_mode=context_mode, l3_scope=l3_scope, l3_calibration_queries=l3_calibration_queries)
+
+    threshold_param = "l3_delta_threshold"
+
+    # -- L3 calibration ------------------------------------------------------------------------
+    def l3_delta(self) -> float:
+        """The L3 likelihood threshold in use (the calibrated one, else :data:`L3_DEFAULT_DELTA`)."""
+        forced = getattr(self, "_delta_override", None)
+        if forced is not None:
+            return forced
+        return L3_DEFAULT_DELTA if self.l3_delta_threshold is None else float(self.l3_delta_threshold)
+
+    def l3_calibrates(self, resources: "Resources") -> bool:
+        """True when L3 can run and uses the likelihood back-end (a continuous score to calibrate)."""
+        llm = resources.llm
+        if self.l3_mode == "off" or llm is None:
+            return False
+        return self.l3_variant == "likelihood" or (self.l3_variant == "auto" and bool(getattr(llm, "supports_nll", False)))
+
+    def calibration_scores(self, clean_rankings: list[Ranking], resources: "Resources",
+                           k_ctx: int | None = K_CTX) -> list[float]:
+        """The L3 deltas of every clean document L3 judges (status ``ran``), with L3 removing nothing
+        meanwhile, on the first ``l3_calibration_queries`` clean rankings."""
+        self._delta_override = math.inf
+        try:
+            scores = []
+            for r in clean_rankings[:max(1, int(self.l3_calibration_queries))]:
+                decisions, _, _, _ = self._run(r, resources, k_ctx)
+                scores += [float(d.score) for d in decisions
+                           if d.layer == "L3" and d.status == "ran" and d.score is not None]
+            return scores
+        finally:
+            self._delta_override = None
+
+    def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
+                  clean_budget: float = CLEAN_BUDGET, k_ctx: int | None = K_CTX) -> "TRIS":
+        """Learn ``l3_delta_threshold`` on clean rankings only (docs/algorithms.md §14.3): at most
+        ``clean_budget`` of the clean documents L3 judges are removed by L3. Nothing is learned (the
+        threshold stays ``None`` → 1.0) when L3 cannot run, uses the prompted back-end, or judged no
+        clean document; never below 1.0 (calibration only makes L3 more careful). L1 and L2 keep the
+        paper's fixed thresholds."""
+        if not self.l3_calibrates(resources):
+            return self
+        scores = self.calibration_scores(clean_rankings, resources, k_ctx)
+        self.l3_calibration_n_ = len(scores)
+        if not scores:
+            return self
+        self.threshold_ = max(removal_threshold(scores, clean_budget), L3_DEFAULT_DELTA)
+        self.set_params(l3_delta_threshold=self.threshold_)
+        return self
 
     # -- L3 gating ---------------------------------------------------------------------------
     def l3_should_run(self, l1_removed: int, l2_removed: int, working: int) -> tuple[bool, str]:
@@ -364,7 +423,7 @@ class TRIS(Defense):
             else:
                 t = time.perf_counter()
                 verifier = make_verifier(llm, self.l3_variant, confidence_threshold=self.l3_confidence_threshold,
-                                         delta_threshold=self.l3_delta_threshold)
+                                         delta_threshold=self.l3_delta())
                 outcome = self._verify(verifier, ranking.query, work_docs, k_ctx)
                 latency["L3"] = (time.perf_counter() - t) * 1000
                 layers.append("L3")

@@ -181,3 +181,51 @@ def test_likelihood_verifier_real_local_llm(real_llm):
     consistent, contradicting = out.verdicts
     assert contradicting.score > consistent.score + 1.0    # measured: -0.05 vs 3.82 nats/token
     assert contradicting.removed and not consistent.removed
+
+
+# ---- L3 within the clean budget (docs/algorithms.md §14.3) -------------------------------------
+def _wrong_closed_book_llm():
+    """The closed-book answer is wrong, so correct passages push it down: every clean passage that
+    names "Canberra" scores delta 1.6 (≥ the uncalibrated 1.0), others 0.2 − 0.3; "Sydney" passages 0.1."""
+    def scorer(ans: str, context: str) -> float:
+        if not context.startswith("Context:"):
+            return 0.3
+        if "tiebreak" in context:
+            return 0.3 + 1.3 + 0.01 * int(context.split("tiebreak")[1].split()[0])
+        return 1.9 if "Canberra" in context else 0.2
+    return ScriptedLLM(lambda p, s: "Sydney", scorer=scorer)
+
+
+def _clean_for_l3(j: int):
+    texts = [f"Canberra passage {j}-{i} tiebreak {i + 5 * j} notes." if i % 3 == 0 else
+             f"Other passage {j}-{i} about wool and wheat." for i in range(5)]
+    return ranking_of(f"{Q} ({j})", texts)
+
+
+def test_tris_l3_threshold_is_calibrated_to_the_clean_budget():
+    from sieve.registry import DEFENSES
+    from _tris_fakes import resources_with
+
+    res = resources_with(llm=_wrong_closed_book_llm())
+    clean = [_clean_for_l3(j) for j in range(8)]          # 40 clean documents, 16 mention Canberra
+    before = DEFENSES.create("tris_l3", l3_delta_threshold=1.0)
+    removed_before = sum(len(before.inspect(r, res, 5).removed_ids) for r in clean)
+    assert removed_before == 16                          # 40 % of clean documents removed by L3
+    after = DEFENSES.create("tris_l3")
+    assert after.l3_delta_threshold is None
+    after.calibrate(clean, res, clean_budget=0.05)
+    assert after.l3_calibration_n_ == 40
+    removed_after = sum(len(after.inspect(r, res, 5).removed_ids) for r in clean)
+    assert removed_after <= 2                            # ⌊40 · 0.05⌋
+    assert after.l3_delta_threshold > 1.6
+    # a passage far beyond the clean deltas is still removed
+    attacked = ranking_of(Q, ["Sydney " + "Canberra " * 3 + "tiebreak 400 x"])
+    assert attacked.documents[0].id in after.inspect(attacked, res, 5).removed_ids
+
+
+def test_tris_l3_calibration_is_a_no_op_without_an_llm():
+    from sieve.registry import DEFENSES
+    from _tris_fakes import resources_with
+
+    d = DEFENSES.create("tris_full").calibrate([_clean_for_l3(0)], resources_with(llm=None))
+    assert d.l3_delta_threshold is None and d.l3_delta() == 1.0
