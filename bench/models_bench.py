@@ -2,6 +2,13 @@
 (documents/s on this machine's cores), query-encoding latency percentiles, LM scoring speed.
 
     .venv/bin/python bench/models_bench.py [--docs 64] [--skip-llm]
+    .venv/bin/python bench/models_bench.py --backends [--docs 192] [--rounds 2]   # issue 15
+
+``--backends``: indexing docs/s per encoder (mpnet retriever, MiniLM judge) and backend (PyTorch,
+ONNX fp32, ONNX int8 when its gate accepts it), measured alternately in one process (rounds) so the
+ratios hold on a busy machine, with the minimum cosine to the PyTorch vector and the recall@10
+agreement with PyTorch (demo queries against the same passages); then causal-LM traces/s one at a
+time (the landed ``Resources.lm_trace`` path) vs length-sorted batches (``Resources.lm_traces``).
 
 Each model is loaded in a fresh subprocess (so "cold" includes nothing another model loaded,
 but excludes the one-off ``import torch``/``sentence_transformers`` which is reported apart).
@@ -78,11 +85,72 @@ print("RESULT " + json.dumps(out))
 """
 
 
+def backends(n_docs: int, rounds: int) -> None:
+    import os
+    import time
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from sieve.config import ModelsConfig, SieveConfig
+    from sieve.models import batching
+    from sieve.models.loaders import load_causal_lm, load_embedder
+
+    texts = [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "corpus.jsonl", encoding="utf-8")][:n_docs]
+    queries = [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "queries.jsonl", encoding="utf-8")][:64]
+    print(f"load average {os.getloadavg()[0]:.1f}; {len(texts)} demo passages, {len(queries)} queries; "
+          f"{rounds} alternating rounds; docs/s = median over rounds")
+    for name, role in (("all-mpnet-base-v2", "retriever"), ("all-MiniLM-L6-v2", "judge")):
+        models = {b: load_embedder(name, SieveConfig(models=ModelsConfig(backend=b)), role=role)
+                  for b in ("torch", "onnx", "onnx-int8")}
+        if models["onnx-int8"].model_id == models["onnx"].model_id:
+            print(f"{name}: int8 refused by its gate (minimum cosine below 0.99); onnx-int8 = fp32 ONNX")
+            models.pop("onnx-int8")
+        for m in models.values():
+            m.encode(texts[:4])
+        speed: dict[str, list[float]] = {b: [] for b in models}
+        vecs: dict[str, np.ndarray] = {}
+        for _ in range(rounds):
+            for b, m in models.items():
+                t = time.perf_counter()
+                vecs[b] = m.encode(texts, batch_size=32 if b == "torch" else 16)
+                speed[b].append(len(texts) / (time.perf_counter() - t))
+        qv = {b: m.encode(queries, kind="query") for b, m in models.items()}
+        top = {b: np.argsort(-(qv[b] @ vecs[b].T), axis=1)[:, :10] for b in models}
+        base = float(np.median(speed["torch"]))
+        for b in models:
+            agree = np.mean([len(set(x) & set(y)) / 10 for x, y in zip(top[b], top["torch"])])
+            cos = float((vecs[b] * vecs["torch"]).sum(1).min())
+            v = float(np.median(speed[b]))
+            print(f"index {name:<20} {b:<10} {v:6.1f} docs/s  {v / base:4.2f}x torch  "
+                  f"min cosine {cos:.5f}  recall@10 agreement {agree:.3f}")
+    lm = load_causal_lm("smollm2-135m", SieveConfig())
+    sample = texts[:48]
+    lm.token_nll(sample[0])
+    single, batched = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for x in sample:
+            lm.token_nll(x, 512)
+        single.append(len(sample) / (time.perf_counter() - t))
+        t = time.perf_counter()
+        batching.lm_traces(lm, sample, 512)
+        batched.append(len(sample) / (time.perf_counter() - t))
+    s1, s2 = float(np.median(single)), float(np.median(batched))
+    print(f"LM traces smollm2-135m one at a time {s1:6.1f} traces/s   batched (length-sorted, "
+          f"{batching.batch_size(batching.LM_BATCH)}/batch) {s2:6.1f} traces/s   {s2 / s1:4.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=64, help="documents from demo_data/corpus.jsonl")
     ap.add_argument("--skip-llm", action="store_true")
+    ap.add_argument("--backends", action="store_true", help="encoder backends and batched LM traces (issue 15)")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
+    if args.backends:
+        backends(args.docs, args.rounds)
+        return
     corpus = ROOT / "demo_data" / "corpus.jsonl"
     jobs = [("embedder", "all-mpnet-base-v2"), ("embedder", "all-MiniLM-L6-v2"),
             ("embedder", "multilingual-e5-small"), ("causal_lm", "smollm2-135m"),
