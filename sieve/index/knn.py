@@ -186,16 +186,11 @@ class IvfPartition:
         """Documents posted in list ``c`` (``c`` is one of their ``nprobe`` nearest lists), ascending."""
         return self.postings[self.poff[c]: self.poff[c + 1]]
 
-    def balanced_shards(self, shards: int) -> list[list[int]]:
-        """Lists split into ``shards`` groups of about equal join cost (members × candidates)."""
+    def balanced_order(self) -> np.ndarray:
+        """Lists by decreasing join cost (members × postings): the order in which a pool of workers
+        takes them so the largest lists do not finish last."""
         cost = np.diff(self.offsets) * np.diff(self.poff)
-        groups: list[list[int]] = [[] for _ in range(max(1, shards))]
-        load = np.zeros(len(groups))
-        for c in np.argsort(-cost, kind="stable"):
-            g = int(np.argmin(load))
-            groups[g].append(int(c))
-            load[g] += cost[c]
-        return [sorted(g) for g in groups if g]
+        return np.argsort(-cost, kind="stable")
 
 
 def train_ivf(x: np.ndarray, plan: KnnPlan) -> IvfPartition:
@@ -278,23 +273,33 @@ def knn_graph(vectors: Any, k: int = 16, mode: str = "auto", *, plan: KnnPlan | 
             nb_i[mem], nb_s[mem] = ids, s
             bar(mem.size)
     else:
-        import faiss
-
-        index = faiss.IndexHNSWFlat(x.shape[1], plan.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = plan.ef_construction
-        index.hnsw.efSearch = plan.ef_search
-        index.add(x)
+        index = build_hnsw(x, plan)
         for s in range(0, n, block):
-            stop = min(n, s + block)
-            sims, idx = index.search(x[s:stop], k + 1)
-            rows = np.arange(s, stop)
-            sims = np.where((idx == rows[:, None]) | (idx < 0), -np.inf, sims).astype(np.float32)
-            order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), -sims), axis=1)[:, :k]
-            nb_s[s:stop] = np.take_along_axis(sims, order, axis=1)
-            nb_i[s:stop] = np.where(np.isfinite(nb_s[s:stop]), np.take_along_axis(idx, order, axis=1), -1)
-            bar(stop - s)
+            rows = np.arange(s, min(n, s + block))
+            nb_i[rows], nb_s[rows] = hnsw_rows(index, x, rows, k)
+            bar(rows.size)
     bar(0, close=True)
     return KnnResult(nb_i, nb_s, plan, part)
+
+
+def build_hnsw(x: np.ndarray, plan: KnnPlan) -> Any:
+    import faiss
+
+    index = faiss.IndexHNSWFlat(x.shape[1], plan.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = plan.ef_construction
+    index.hnsw.efSearch = plan.ef_search
+    index.add(x)
+    return index
+
+
+def hnsw_rows(index: Any, x: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """HNSW search for ``rows`` (self masked, similarity desc, row asc)."""
+    sims, idx = index.search(x[rows], k + 1)
+    sims = np.where((idx == rows[:, None]) | (idx < 0), -np.inf, sims).astype(np.float32)
+    order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), -sims), axis=1)[:, :k]
+    out_s = np.take_along_axis(sims, order, axis=1)
+    out_i = np.where(np.isfinite(out_s), np.take_along_axis(idx, order, axis=1), -1).astype(np.int64)
+    return out_i, out_s
 
 
 def sampled_recall(x: np.ndarray, nb_ids: np.ndarray, k: int | None = None, sample: int = RECALL_SAMPLE,
