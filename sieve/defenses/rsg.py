@@ -252,11 +252,17 @@ def density_statistics(rows: np.ndarray, nb_ids: np.ndarray, nb_sims: np.ndarray
     kept = np.zeros((m, k), bool)
     kept[r_idx[kept_vals], c_idx[kept_vals]] = True
     count = kept.sum(axis=1)
-    # μ_i: mean of the first dense_core_count retained similarities, summed in float32 as np.mean does
+    # μ_i: mean of the first dense_core_count retained similarities, summed left to right in float32
+    # exactly as np.mean does for so few values (bit-identical to the per-row definition)
     rank = np.cumsum(kept, axis=1)
     core_mask = kept & (rank <= p.dense_core_count)
     n_core = core_mask.sum(axis=1)
-    core_sum = np.where(core_mask, sims, np.float32(0.0)).sum(axis=1, dtype=np.float32)
+    core = np.zeros((m, p.dense_core_count), np.float32)
+    cr, cc = np.nonzero(core_mask)
+    core[cr, rank[cr, cc] - 1] = sims[cr, cc]
+    core_sum = core[:, 0].copy()
+    for j in range(1, p.dense_core_count):
+        core_sum += core[:, j]
     mu = np.where(n_core > 0, core_sum / np.maximum(n_core, 1).astype(np.float32), floor).astype(np.float32)
     support = np.minimum(1.0, count / p.support_scale)
     b64 = floor.astype(np.float64)

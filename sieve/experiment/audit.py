@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from sieve.ledger import Ledger
 
 CSV_COLUMNS = ["id", "poison", "D", "p", "I", "T", "score", "flagged", "branch", "eligible_neighbours"]
-AUDIT_MODES = ("exact", "hnsw", "ivf")
+AUDIT_MODES = ("exact", "ivf", "hnsw", "auto")
+AUDIT_ENGINES = ("local", "ray")
 
 
 @dataclass
@@ -71,10 +72,18 @@ class AuditReport:
 
 def run_audit(experiment: "Experiment", condition: str = "clean", *, mode: str = "exact",
               progress: bool = False, snapshot: "Snapshot | None" = None,
-              on_progress: Callable[[float, str], None] | None = None) -> AuditReport:
-    """RSG over the snapshot of ``condition`` (clean corpus, or clean + one attack family)."""
+              on_progress: Callable[[float, str], None] | None = None, engine: str = "local",
+              ray_address: str | None = None) -> AuditReport:
+    """RSG over the snapshot of ``condition`` (clean corpus, or clean + one attack family).
+
+    ``engine="local"`` runs in this process; ``engine="ray"`` runs the same audit as a Ray Data
+    pipeline (sieve/scale/ray_engine.py) on a local Ray instance or the cluster at ``ray_address``.
+    ``mode`` is the neighbour search of sieve/index/knn.py; approximate modes report their sampled
+    neighbour recall@16 in the summary."""
     if mode not in AUDIT_MODES:
         raise ValueError(f"audit mode must be one of {', '.join(AUDIT_MODES)}; got {mode!r}")
+    if engine not in AUDIT_ENGINES:
+        raise ValueError(f"audit engine must be one of {', '.join(AUDIT_ENGINES)}; got {engine!r}")
     from sieve.corpus import corpus_hash
     from sieve.defenses.rsg import RSGParams, audit_corpus
 
@@ -84,7 +93,14 @@ def run_audit(experiment: "Experiment", condition: str = "clean", *, mode: str =
     if on_progress:
         on_progress(0.05, f"searching neighbours of {len(docs)} documents ({mode})")
     t0 = time.perf_counter()
-    audit = audit_corpus(index.ids, [d.text for d in docs], index.vectors, RSGParams(mode=mode, progress=progress))
+    params = RSGParams(mode=mode, progress=progress)
+    layout = None
+    if engine == "ray":
+        from sieve.scale.ray_engine import ray_audit
+
+        audit, layout = ray_audit(index.ids, [d.text for d in docs], index.vectors, params, address=ray_address)
+    else:
+        audit = audit_corpus(index.ids, [d.text for d in docs], index.vectors, params)
     seconds = time.perf_counter() - t0
     if on_progress:
         on_progress(0.9, "summarising flags")
@@ -93,7 +109,8 @@ def run_audit(experiment: "Experiment", condition: str = "clean", *, mode: str =
     counts = Counter(branches.values())
     summary: dict[str, Any] = {
         "dataset": experiment.dataset.name, "dataset_path": str(experiment.dataset.path),
-        "condition": snap.condition, "mode": mode, "documents": len(docs), "injected": len(snap.injected),
+        "condition": snap.condition, "mode": mode, "engine": engine, "knn": audit.knn,
+        "neighbour_recall": audit.recall, "documents": len(docs), "injected": len(snap.injected),
         "corpus_hash": corpus_hash(docs), "index_version": index_version(index),
         "seconds": round(seconds, 3), "docs_per_second": round(len(docs) / seconds, 1) if seconds > 0 else None,
         "f_I": audit.f_I, "f_T": audit.f_T, "flags": len(flagged),
@@ -101,6 +118,8 @@ def run_audit(experiment: "Experiment", condition: str = "clean", *, mode: str =
         "topology_flags": counts.get("topology", 0) + counts.get("both", 0),
         "params": {k: v for k, v in vars(audit.params).items() if k != "progress"},
     }
+    if layout is not None:
+        summary["ray"] = layout
     report = AuditReport(audit, snap, summary, flagged, branches)
     if on_progress:
         on_progress(1.0, f"{len(flagged)} flags")

@@ -162,3 +162,65 @@ def test_rsg_params_validated():
         RSG(k=3)
     assert RSG().get_params() == asdict(RSGParams())
     assert RSG(mode="hnsw").rsg_params() == RSGParams(mode="hnsw")
+
+
+# --- issue 13: one statistics function, modes from sieve/index/knn.py ------------------------------
+def _reference_density(nb_ids, nb_sims, texts, p):
+    """The per-row loop RSG used before the statistics were vectorised (§4.2–4.3), as an oracle."""
+    from sieve.defenses.scripts import ascii_tokens
+
+    toks = [frozenset(ascii_tokens(t)) for t in texts]
+    out = []
+    for i in range(nb_ids.shape[0]):
+        valid = nb_ids[i] >= 0
+        b = np.float32(nb_sims[i, np.flatnonzero(valid)[-1]]) if valid.any() else np.float32(0.0)
+        retained = []
+        for j in range(nb_ids.shape[1]):
+            if nb_ids[i, j] < 0 or nb_sims[i, j] < np.float32(p.semantic_threshold):
+                break
+            a, c = toks[i], toks[int(nb_ids[i, j])]
+            jac = len(a & c) / len(a | c) if (a | c) else 0.0
+            if jac <= p.lexical_ceiling:
+                retained.append(nb_sims[i, j])
+        mu = np.float32(np.mean(np.asarray(retained[: p.dense_core_count], np.float32))) if retained else b
+        excess = (float(mu) - float(b)) / max(1e-6, 1.0 - float(b))
+        out.append(np.float32(min(1.0, len(retained) / p.support_scale) * min(1.0, max(0.0, excess))))
+    return np.array(out, np.float32)
+
+
+def test_density_statistics_match_the_reference_loop():
+    from sieve.defenses.rsg import TokenSets, density_statistics
+    from sieve.index.knn import knn_graph
+    from sieve.scale.synthetic import SyntheticCorpus
+
+    ch = SyntheticCorpus(3000, dim=64, seed=5, dup_fraction=0.05, coord_fraction=0.02).chunk(0, 3000)
+    p = RSGParams()
+    g = knn_graph(ch.vectors, 16, "exact")
+    st = density_statistics(np.arange(3000), g.ids, g.sims, TokenSets(ch.texts), p)
+    ref = _reference_density(g.ids, g.sims, ch.texts, p)
+    assert (ref > 0).sum() > 100          # the corpus exercises the walk, not only zeros
+    np.testing.assert_array_equal(st.density, ref)          # bit-identical, so tail ties are too
+    # a batch of rows gives the same values as the whole corpus (what each Ray actor computes)
+    rows = np.arange(1000, 1500)
+    part = density_statistics(rows, g.ids[rows], g.sims[rows], TokenSets(ch.texts), p)
+    np.testing.assert_array_equal(part.density, st.density[rows])
+    np.testing.assert_array_equal(part.kept, st.kept[rows])
+
+
+def test_auto_mode_is_exact_on_small_corpora_and_reports_no_recall():
+    ids, texts, v = clustered_corpus()
+    a = audit_corpus(ids, texts, v, mode="auto")
+    e = audit_corpus(ids, texts, v)
+    assert a.knn["mode"] == "exact" and a.recall is None
+    np.testing.assert_array_equal(a.flagged, e.flagged)
+
+
+def test_ivf_audit_carries_sampled_recall():
+    from sieve.scale.synthetic import SyntheticCorpus
+
+    ch = SyntheticCorpus(4000, dim=64, seed=2).chunk(0, 4000)
+    a = audit_corpus(ch.ids, ch.texts, ch.vectors, mode="ivf", recall_sample=300)
+    assert a.knn["mode"] == "ivf" and a.knn["nlist"] > 1
+    assert a.recall["n"] == 300 and a.recall["k"] == 16
+    assert a.recall["ci95"][0] <= a.recall["recall"] <= a.recall["ci95"][1]
+    assert a.recall["recall"] >= 0.95
