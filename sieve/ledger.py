@@ -105,6 +105,22 @@ class LedgerCorruptError(LedgerError):
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
+#: Ledger files this process verified (``PRAGMA integrity_check`` on open) and last closed, keyed
+#: by path, size and modification time of the file and its WAL: a file changed by anything else is
+#: checked again; search opens the ledger for every snapshot, so an unchanged one is not re-scanned.
+_VERIFIED: set[tuple[Any, ...]] = set()
+
+
+def _file_stamp(path: Path) -> tuple[Any, ...]:
+    out: list[Any] = [str(path.resolve())]
+    for p in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = p.stat()
+            out += [st.st_size, st.st_mtime_ns, st.st_ino]
+        except OSError:
+            out += [None, None, None]
+    return tuple(out)
+
 
 @dataclass
 class Flag:
@@ -194,9 +210,10 @@ class Ledger:
                 raise LedgerError(f"{self.path} is not a quarantine ledger (not a SQLite file); "
                                   "it was not modified — give another --ledger path")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = _file_stamp(self.path)   # before connecting (opening in WAL mode creates the -wal file)
         try:
             self._connect()
-            if existed:
+            if existed and stamp not in _VERIFIED:
                 res = self.integrity_check()
                 if res != "ok":
                     lines = [x for x in res.splitlines() if x.strip() and not x.startswith("***")]
@@ -270,6 +287,12 @@ class Ledger:
 
     def close(self) -> None:
         self._conn.close()
+        # this file passed its check on open and was changed since only through SQLite by this
+        # process: remember its stamp, so reopening it unchanged does not scan it again
+        # (only once its times are settled: a write in the same timestamp tick could hide a change)
+        stamp = _file_stamp(self.path)
+        if all(t is None or time.time_ns() - t > 2_000_000_000 for t in stamp[2::3]):
+            _VERIFIED.add(stamp)
 
     def __enter__(self) -> "Ledger":
         return self

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 
 import pytest
 
@@ -143,7 +144,25 @@ def test_integrity_check_runs_on_open(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Ledger, "integrity_check", spy)
     Ledger(p).close()
-    assert calls == [1]
+    assert calls == [1]                     # just written: its timestamps are too fresh to trust
+    old = time.time_ns() - 10_000_000_000
+    os.utime(p, ns=(old, old))
+    Ledger(p).close()
+    assert calls == [1, 1]
+    Ledger(p).close()                       # unchanged since it was verified: not scanned again
+    assert calls == [1, 1]
+    os.utime(p, ns=(old + 1000, old + 1000))   # changed by someone else
+    Ledger(p).close()
+    assert len(calls) == 3
     con = sqlite3.connect(p)
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
+
+
+def test_ledger_with_a_damaged_header_is_quarantined(tmp_path):
+    p = _ledger_with_alerts(tmp_path / "ledger.sqlite", n=5)
+    raw = bytearray(p.read_bytes())
+    raw[:16] = b"\x00" * 16                 # the SQLite magic is gone; the rest is still a database page
+    p.write_bytes(bytes(raw))
+    err = one_line_error(sieve("ledger", "list", "--ledger", p))
+    assert "is corrupt" in err and not p.exists()
