@@ -19,7 +19,7 @@ import numpy as np
 
 from sieve.config import MODEL_ROLES, SieveConfig
 from sieve.constants import LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
-from sieve.models import batching
+import sieve.models.batching as batching
 
 if TYPE_CHECKING:
     from sieve.index.cache import ArtifactCache

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sieve.models import cache as _cache
+import sieve.models.cache as _cache
 from sieve.models.errors import ModelError
 
 log = logging.getLogger("sieve.models")
