@@ -10,7 +10,9 @@ from sieve.dashboard import figures as F
 from sieve.dashboard import explorer as E
 from sieve.dashboard import session as S
 from sieve.dashboard import state
-from sieve.dashboard.safe import highlight_segments, highlighted_html, snippet
+from sieve.dashboard import glossary as Gl
+from sieve.dashboard.safe import highlight_segments, highlighted_html, md, snippet
+from sieve.experiment.explain import TERMS
 
 state.init_state()
 state.sidebar_status()
@@ -90,25 +92,27 @@ with state.page_guard("Query explorer"):
         st.info("Type a query or pick a demo question.")
         st.stop()
 
-    key = json.dumps([ds.name, ds.content_hash()[:12], query, query_id, cond, chosen, knobs, k_ctx], sort_keys=True)
+    snap = state.view(cond)
+    if snap.excluded:
+        n_pois = sum(1 for d in snap.index.documents if d.id in snap.excluded and d.poison) if hasattr(snap.index, "documents") else 0
+        st.warning(f"Quarantine is active: {len(snap.excluded):d} document(s) with open or confirmed alerts are "
+                   f"excluded from retrieval here ({n_pois:d} of them poisons of this condition), so fewer passages "
+                   "— and fewer poisons — appear than in the raw corpus. [Review or roll them back on Alerts](/alerts).")
+    key = json.dumps([ds.name, ds.content_hash()[:12], query, query_id, cond, chosen, knobs, k_ctx,
+                      sorted(snap.excluded)], sort_keys=True)
     cache = st.session_state.setdefault("explore_cache", {})
     if key not in cache:
         with st.status("Running retrieval and defenses…", expanded=False) as status:
             status.update(label="Loading models and index (first time only)…")
-            snap = state.view(cond)
             defs = {}
             for spec in chosen:
-                status.update(label=f"Preparing {spec}…")
+                status.update(label=f"Preparing {md(spec)}…")
                 try:
                     defs[spec] = state.defense(spec, cond, params_for(spec, knobs))
                 except Exception as e:  # noqa: BLE001
-                    st.warning(f"{spec} could not be prepared: {state.friendly(e)}")
+                    st.warning(f"{md(spec)} could not be prepared: " + state.friendly(e))
             base = {"none": state.defense("none", cond)}
             status.update(label="Ranking and applying defenses…")
-            quarantined = snap.excluded
-            if quarantined:
-                st.caption(f"{len(quarantined)} document(s) quarantined in the ledger (open or confirmed alerts) "
-                           "are excluded from retrieval; roll an alert back on *Alerts* to restore a document.")
             result = E.explore(state.experiment(), query, cond, {**base, **defs}, query_id, k_ctx)
             status.update(label=f"Done in {result.timings_ms['total']:.0f} ms", state="complete")
         cache.clear()
@@ -116,26 +120,29 @@ with state.page_guard("Query explorer"):
     result = cache[key]
     ranking = result.ranking
     for name, err in result.errors.items():
-        st.warning(f"{name}: {err}")
+        st.warning(f"{md(name)}: {md(err)}")
     for name, r in result.results.items():
         for w in r.warnings:
-            st.caption(f"Warning — {name}: {snippet(w, 200)}")
+            st.caption(f"Warning — {md(name)}: {md(snippet(w, 200))}")
 
     tgt = targets.get(query_id)
     if tgt is not None:
-        st.caption(f"Correct answer: {', '.join(tgt.correct_answers)} · attack target answer: {tgt.target_answer}")
+        st.caption(f"Correct answer: {md(', '.join(tgt.correct_answers))} · attack target answer: {md(tgt.target_answer)}")
     n_poison = sum(1 for d in ranking.documents[:20] if d.poison)
-    st.caption(f"Top-20 holds {n_poison} poison(s) · explorer call {result.timings_ms['total']:.0f} ms "
-               f"({', '.join(f'{k} {v:.0f}' for k, v in result.timings_ms.items() if k != 'total')})")
+    st.caption(f"Top-20 holds {n_poison:d} poison(s) · explorer call {result.timings_ms['total']:.0f} ms "
+               f"({md(', '.join(f'{k} {v:.0f}' for k, v in result.timings_ms.items() if k != 'total'))})")
     shown = [n for n in result.results if n != "none"]
     table = result.table(20)
     cols = ["rank", "id", "poison", "retriever score"] + [c for n in shown for c in (n, f"{n} margin")] + ["text"]
-    st.dataframe(table[[c for c in cols if c in table.columns]], hide_index=True, width="stretch", height=420)
+    cols = [c for c in cols if c in table.columns]
+    st.dataframe(table[cols], hide_index=True, width="stretch", height=420,
+                 column_config={c: st.column_config.Column(c, help=h)
+                                for c, h in Gl.ranking_column_help(cols, list(result.results)).items()})
     st.caption("margin = score − threshold (positive = on the removal side).")
 
     st.subheader("Document evidence")
     docs = ranking.documents[:20]
-    di = st.selectbox("Document", range(len(docs)), key="x_doc",
+    di = st.selectbox("Document", range(len(docs)), key=f"x_doc_{cond}_{query_id or abs(hash(query))}",
                       format_func=lambda i: f"#{docs[i].rank} {docs[i].id}" + (" (poison)" if docs[i].poison else ""))
     doc = docs[di]
     ev = result.rsq_rows.get(doc.id)
@@ -145,7 +152,7 @@ with state.page_guard("Query explorer"):
         anchors = (ev or {}).get("anchor", {}).get("anchors", []) if ev else []
         if anchors:
             st.caption("Anchor tokens that drove E_a (shared by several top-5 passages, rare in ranks 6–20): "
-                       + ", ".join(anchors))
+                       + md(", ".join(anchors)))
             st.html(highlighted_html(highlight_segments(doc.text, anchors)))
         st.caption("Document text (verbatim, never rendered as HTML or markdown):")
         st.text(doc.text)
@@ -154,8 +161,13 @@ with state.page_guard("Query explorer"):
             st.plotly_chart(F.rsq_components(result.rsq_rows, eta, [d.id for d in ranking.documents[:5]]),
                             width="stretch")
             if ev:
-                st.dataframe(pd.DataFrame([{k: ev.get(k) for k in ("E_a", "E_i", "E_p", "E_s", "S", "p_a", "p_i", "J", "p_s")}]),
-                             hide_index=True)
+                terms = ("E_a", "E_i", "E_p", "E_s", "S", "p_a", "p_i", "J", "p_s")
+                st.dataframe(pd.DataFrame([{k: None if ev.get(k) is None else round(float(ev[k]), 3) for k in terms}]),
+                             hide_index=True, column_config={k: st.column_config.NumberColumn(k, help=TERMS[k])
+                                                             for k in terms})
+                with st.expander("What do E_a, E_i, E_p, E_s, S, p_a, p_i, J and p_s mean?"):
+                    st.dataframe(pd.DataFrame([{"term": k, "meaning": TERMS[k]} for k in terms]), hide_index=True,
+                                 width="stretch")
             else:
                 st.info("RSQ scores ranks 1–5 only; ranks 6–20 are the reference tail.")
         else:
@@ -175,7 +187,7 @@ with state.page_guard("Query explorer"):
         if not tris_names:
             st.info("Select a TRIS defense to see its layer verdicts.")
         for n in tris_names:
-            st.write(f"**{n}**")
+            st.write(f"**{md(n)}**")
             st.json(E.tris_layers(result.results[n].decision_for(doc.id)))
     with tabs[5]:
         rows = []
@@ -184,16 +196,22 @@ with state.page_guard("Query explorer"):
             if d is not None:
                 rows.append({"defense": n, "decision": E.decision_label(d), "layer": d.layer, "status": d.status,
                              "score": d.score, "threshold": d.threshold, "margin": d.margin(), "reason": d.reason})
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                     column_config={"margin": st.column_config.NumberColumn("margin", help=TERMS["margin"]),
+                                    "decision": st.column_config.Column("decision", help=Gl.DECISION_HELP)})
 
     st.subheader("Context handed to the generator")
-    ctx_cols = st.columns(len(result.results))
-    for col, (n, r) in zip(ctx_cols, result.results.items()):
-        with col:
-            st.write(f"**{'undefended' if n == 'none' else n}**" + (" (fallback)" if r.fallback_used else ""))
-            st.dataframe(pd.DataFrame([{"rank": d.rank, "id": d.id, "poison": "yes" if d.poison else "",
-                                        "text": snippet(d.text, 60)} for d in r.context]),
-                         hide_index=True, width="stretch")
+    st.caption(Gl.CONTEXT_HELP)
+    items = list(result.results.items())
+    for start in range(0, len(items), 2):          # two per row: wide enough for the poison column and text
+        for col, (n, r) in zip(st.columns(2), items[start : start + 2]):
+            with col:
+                n_p = sum(1 for d in r.context if d.poison)
+                st.write(f"**{'undefended' if n == 'none' else md(n)}**" + (" (fallback)" if r.fallback_used else "")
+                         + f" — {n_p:d} poison(s) in context")
+                st.dataframe(pd.DataFrame([{"poison": "yes" if d.poison else "", "rank": d.rank, "id": d.id,
+                                            "text": snippet(d.text, 120)} for d in r.context]),
+                             hide_index=True, width="stretch")
     answers = st.session_state.setdefault("explore_answers", {})
     if st.button("Generate answers", key="x_generate",
                  help="Answers the query from each context with the configured generator (local Qwen by default)."):
@@ -208,6 +226,6 @@ with state.page_guard("Query explorer"):
         acols = st.columns(len(answers[key]))
         for col, (n, text) in zip(acols, answers[key].items()):
             with col:
-                st.write(f"**{'undefended' if n == 'none' else n}**")
+                st.write(f"**{'undefended' if n == 'none' else md(n)}**")
                 st.text(text)
                 st.caption(E.answer_verdict(text, ranking.correct_answers, ranking.target_answer))

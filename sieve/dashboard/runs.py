@@ -36,8 +36,22 @@ class RunData:
         return any(r.get("answer") is not None for r in self.records)
 
 
+COMPACT_RECORDS = "records.compact.jsonl.gz"
+
+
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """A run directory written by ``sieve eval`` (:func:`sieve.evaluation.report.load_run`)."""
+    """A run directory written by ``sieve eval`` (:func:`sieve.evaluation.report.load_run`), or a
+    compact shipped run (``records.compact.jsonl.gz`` made by :func:`compact_run`, no records.jsonl)."""
+    d = Path(run_dir)
+    if (d / COMPACT_RECORDS).exists() and not (d / "records.jsonl").exists():
+        import gzip
+        import json
+
+        with gzip.open(d / COMPACT_RECORDS, "rt", encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8")) if (d / "config.json").exists() else {}
+        summary = json.loads((d / "summary.json").read_text(encoding="utf-8")) if (d / "summary.json").exists() else {}
+        return RunData(d, cfg, summary, records)
     from sieve.evaluation.report import load_run as _load
 
     cfg, summary, records = _load(run_dir)
@@ -133,3 +147,143 @@ def operating_point(pos: Sequence[float], neg: Sequence[float], threshold: float
     p = np.asarray(pos, float)
     n = np.asarray(neg, float)
     return (float(np.mean(n >= threshold)) if n.size else 0.0, float(np.mean(p >= threshold)) if p.size else 0.0)
+
+
+#: Help text of every metric the Trade-offs page (and the overview table) shows: what it measures,
+#: its range and which direction is good for the defender.
+METRIC_HELP: dict[str, str] = {
+    "defense": "The defense (registry name; see 'About the methods').",
+    "attack": "The condition: 'clean' (no poisons) or one attack family's poisons added to the corpus.",
+    "queries": "n: the number of queries evaluated in this row (attack targets, or clean questions).",
+    "poison_in_context_rate": "Poison in context (0–1): share of attacked queries whose final context (the k_ctx "
+                              "passages handed to the generator) still holds at least one of that query's poisons. "
+                              "Lower is better.",
+    "poison_in_context_ci95": "Wilson 95 % interval of the poison-in-context rate over the row's n queries.",
+    "poisoned_mrr": "Poisoned MRR (0–1): mean of 1 / position of the first poison in the final context "
+                    "(0 when none). Lower is better.",
+    "poison_removal_rate": "Poison removal (0–1): share of the poisons the defense examined that it removed. "
+                           "Higher is better.",
+    "clean_removal_rate": "Clean removal (0–1): share of clean passages the defense examined that it removed "
+                          "(false alarms). Lower is better.",
+    "auroc": "AUROC (0–1): chance that a poison scores higher than a clean passage, from the recorded scores; "
+             "0.5 = chance, 1 = perfect separation. Higher is better. Does not depend on the threshold.",
+    "detect_at_5pct": "Detection at 5 % clean removal (0–1): share of poisons removed when the threshold is "
+                      "set so that 5 % of clean passages are removed. Higher is better.",
+    "asr": "Attack success rate (0–1): share of attacked queries whose generated answer contains the attacker's "
+           "target answer. Lower is better. Needs generated answers (a run with --generate).",
+    "asr_ci95": "Wilson 95 % interval of the ASR over the answered queries.",
+    "clean_acc": "Clean accuracy (0–1): share of questions whose generated answer contains a correct answer. "
+                 "Higher is better. Needs generated answers.",
+    "clean_acc_ci95": "Wilson 95 % interval of the clean accuracy over the answered questions.",
+    "answered": "How many of the row's queries have an answer for the context shown now. Answers belong to the "
+                "context they were generated from; a context changed by a threshold or k_ctx has none, so ASR "
+                "and accuracy are computed over fewer queries (or are n/a).",
+    "f1": "Token F1 (0–1) of the answer against the correct answers (SQuAD style). Higher is better.",
+    "em": "Exact match (0–1) of the answer with a correct answer. Higher is better.",
+    "latency_ms_p50": "Median time of the defense call per query, in milliseconds.",
+    "fallback_rate": "Share of queries where the defense removed everything and the unfiltered list was used.",
+}
+
+
+def ci_text(ci: Any) -> str:
+    """A Wilson interval as text ``[0.12, 0.48]`` ('' when missing)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or ci[0] is None:
+        return ""
+    return f"[{float(ci[0]):.2f}, {float(ci[1]):.2f}]"
+
+
+def display_frame(rows: "pd.DataFrame") -> "pd.DataFrame":
+    """The Trade-offs table: n, each rate with its Wilson 95 % interval, the number of answered
+    queries behind ASR / accuracy; the same numbers the plots use (0.0 is 0.0, None is n/a)."""
+    import pandas as pd
+
+    out = []
+    for _, r in rows.iterrows():
+        n = int(r.get("queries") or 0)
+        stale = int(r.get("n_stale_answers") or 0) if "n_stale_answers" in r else 0
+        has_ans = any(r.get(k) is not None and not (isinstance(r.get(k), float) and np.isnan(r.get(k)))
+                      for k in ("asr", "clean_acc"))
+        out.append({
+            "defense": r["defense"], "attack": r["attack"], "queries": n,
+            "poison_in_context_rate": r.get("poison_in_context_rate"),
+            "poison_in_context_ci95": ci_text(r.get("poison_in_context_ci95")),
+            "poison_removal_rate": r.get("poison_removal_rate"), "clean_removal_rate": r.get("clean_removal_rate"),
+            "auroc": r.get("auroc"), "asr": r.get("asr"), "asr_ci95": ci_text(r.get("asr_ci95")),
+            "clean_acc": r.get("clean_acc"), "clean_acc_ci95": ci_text(r.get("clean_acc_ci95")),
+            "answered": (n - stale) if has_ans or stale else 0,
+        })
+    return pd.DataFrame(out)
+
+
+def answers_status(rows: "pd.DataFrame", k_ctx: int, recorded_k_ctx: int, has_answers: bool) -> str | None:
+    """A plain sentence when ASR / accuracy are not the recorded ones (None when they are)."""
+    if not has_answers:
+        return ("This run has no generated answers, so ASR and clean accuracy are n/a; the plots use "
+                "poison-in-context and 1 − clean removal instead. Load a run made with --generate to see them.")
+    stale = int(rows["n_stale_answers"].fillna(0).sum()) if "n_stale_answers" in rows else 0
+    total = int(rows["queries"].fillna(0).sum()) if "queries" in rows else 0
+    if k_ctx != recorded_k_ctx:
+        return (f"Answers were generated at k_ctx = {recorded_k_ctx}. At k_ctx = {k_ctx} every context changed, so "
+                f"{stale} of {total} answers no longer belong to their context: ASR and clean accuracy are n/a "
+                "(poison-in-context, removal rates and AUROC are recomputed exactly). Rerun "
+                f"`sieve eval … --generate --k-ctx {k_ctx}` for answer metrics at this size.")
+    if stale:
+        return (f"{stale} of {total} answers belong to contexts that the new thresholds changed and are left out: "
+                "ASR and clean accuracy are computed over the 'answered' queries only (see the table).")
+    return None
+
+
+def default_roc_run() -> Path | None:
+    """The shipped detection run (all targets, no LLM) used for ROC curves, when present."""
+    from sieve.dashboard.session import DEMO_DIR
+
+    p = DEMO_DIR / "runs" / "demo-nollm"
+    return p if (p / "records.jsonl").exists() or (p / "records.jsonl.gz").exists() else None
+
+
+#: Record fields the Trade-offs page needs (thresholds, k_ctx, ROC, answers); evidence is dropped
+#: except what a defense's ``redecide`` reads (TRIS L2 overlaps).
+_COMPACT_KEYS = ("query_id", "condition", "defense", "query", "correct_answers", "target_answer", "own_poison_ids",
+                 "ranking", "decisions", "context_ids", "fallback_used", "answer", "latency_ms", "error", "layers_run")
+
+
+def compact_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """One record without bulky evidence (RSQ traces, anchor lists): what :func:`recompute_run`,
+    :func:`roc_data` and the summary need, with scores rounded to 6 digits."""
+    out = {k: rec[k] for k in _COMPACT_KEYS if k in rec}
+    out["ranking"] = [{"id": x["id"], "rank": x["rank"], "score": round(float(x.get("score") or 0.0), 6),
+                       "poison": bool(x.get("poison"))} for x in rec.get("ranking", [])]
+    decs = []
+    for dd in rec.get("decisions", []):
+        d = {k: dd.get(k) for k in ("doc_id", "removed", "status", "score", "threshold", "layer", "reason") if k in dd}
+        if isinstance(d.get("score"), float):
+            d["score"] = round(d["score"], 6)
+        ev = dd.get("evidence") or {}
+        keep = {k: ev[k] for k in ("L2", "stage") if k in ev}   # read by TRIS / serial pipelines' redecide
+        if keep:
+            d["evidence"] = keep
+        decs.append(d)
+    out["decisions"] = decs
+    return out
+
+
+def compact_run(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
+    """Write a compact copy of a run (config.json, summary.json, ``records.compact.jsonl.gz``) for
+    shipping with the demo: the page's numbers are unchanged, the file is a few MB instead of 100+."""
+    import gzip
+    import json
+    import shutil
+
+    from sieve.evaluation.records import latest_records, read_records
+
+    s, d = Path(src), Path(dst)
+    d.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "summary.json"):
+        if (s / name).exists():
+            shutil.copyfile(s / name, d / name)
+    tmp = d / (COMPACT_RECORDS + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as fh:
+        for rec in latest_records(read_records(s)):
+            fh.write(json.dumps(compact_record(rec), separators=(",", ":")) + "\n")
+    os.replace(tmp, d / COMPACT_RECORDS)
+    return d / COMPACT_RECORDS

@@ -88,6 +88,9 @@ _MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
 _INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 
+_LEADING_BLANKS = re.compile(r"(?m)^[ \t]+")
+
+
 def visible(text: object) -> str:
     """``text`` with control and bidi-formatting characters replaced by a visible ``⟨U+XXXX⟩``."""
     return _INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group(0)):04X}⟩", str(text))
@@ -100,7 +103,11 @@ def md_escape(text: object) -> str:
     character is backslash-escaped and invisible characters are made visible, so the value shows
     literally and can never become markup, a link or an image. tests/dashboard/test_safe_render.py
     scans every page and service module for markdown calls that skip it."""
-    return _MD_SPECIAL.sub(r"\\\1", visible(text)).replace("\n", "  \n")
+    out = _MD_SPECIAL.sub(r"\\\1", visible(text))
+    # leading blanks would start an indented code block (where escapes show as backslashes): keep the
+    # indentation visible with no-break spaces instead
+    out = _LEADING_BLANKS.sub(lambda m: "\u00a0" * len(m.group(0).expandtabs(4)), out)
+    return out.replace("\r", "").replace("\n", "  \n")
 
 
 md = md_escape

@@ -6,6 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from _dashdata import INJECTION, ROOT, page
+from sieve.dashboard.safe import md_escape
 
 TIMEOUT = 180
 
@@ -46,20 +47,28 @@ def test_overview_shows_run_table(dash_env):
     assert set(df["defense"]) == {"tris", "rsq"} and "pr_b" in set(df["attack"])
 
 
-def test_corpus_page_widgets_audit_and_bad_path(dash_env, tmp_path):
+def test_corpus_page_widgets_audit_and_bad_path(dash_env, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("SIEVE_DASHBOARD_ROOTS", os.pathsep.join([dash_env["SIEVE_DASHBOARD_DATASET"], str(tmp_path)]))
     at = run_page("1_corpus.py")
     assert at.radio(key="corpus_source").options[1] == "Dataset directory or file path"
     assert at.selectbox(key="audit_condition").options == ["clean", "pr_b"]
     at.selectbox(key="audit_condition").set_value("pr_b").run()
     no_error(at)
     assert any(m.label == "poisons flagged" for m in at.metric)
-    # a bad path: a clear message naming the path, no traceback
+    # a missing path and paths outside the allowed folders get the same message (nothing about existence)
     at.radio(key="corpus_source").set_value("Dataset directory or file path").run()
-    at.text_input(key="path_input").set_value(str(tmp_path / "nope")).run()
-    at.button(key="load_path").click().run()
-    assert not at.exception
-    assert any("not found" in e.value and "nope" in e.value for e in at.error)
-    # a malformed corpus: file / line / field are listed
+    messages = []
+    for bad_path in (str(tmp_path / "nope"), "/etc", str(tmp_path / ".." / ".."), "/nonexistent/x"):
+        at.text_input(key="path_input").set_value(bad_path).run()
+        at.button(key="load_path").click().run()
+        assert not at.exception
+        errs = [e.value for e in at.error]
+        assert len(errs) == 1 and "no dataset the dashboard may open there" in errs[0]
+        messages.append(errs[0].replace(md_escape(bad_path), "<path>"))
+    assert len(set(messages)) == 1, messages
+    # a malformed corpus inside an allowed folder: file / line / field are listed
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "corpus.jsonl").write_text('{"id": "a", "text": "ok"}\n{"id": "b"}\n', encoding="utf-8")
@@ -70,15 +79,39 @@ def test_corpus_page_widgets_audit_and_bad_path(dash_env, tmp_path):
     assert list(problems["line"]) == [2] and list(problems["field"]) == ["text"]
 
 
+def test_upload_is_loaded_and_its_temp_dir_removed(dash_env, tmp_path):
+    from sieve.dashboard.session import dataset_from_upload
+
+    before = set(tmp_path.iterdir())
+    ds = dataset_from_upload("my corpus.jsonl", b'{"id": "a", "text": "alpha"}\n{"id": "b", "text": "beta"}\n',
+                             directory=tmp_path)
+    assert [d.id for d in ds.documents] == ["a", "b"]
+    assert set(tmp_path.iterdir()) == before, "the upload's temporary directory is removed"
+
+
+def test_dataset_roots_resolve_symlinks(dash_env, tmp_path, monkeypatch):
+    from sieve.dashboard.session import allowed_path
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "ok").mkdir()
+    (root / "escape").symlink_to("/etc")
+    monkeypatch.setenv("SIEVE_DASHBOARD_ROOTS", str(root))
+    assert allowed_path(root / "ok") == (root / "ok").resolve()
+    assert allowed_path(root / "escape") is None
+    assert allowed_path(root / "ok" / ".." / ".." ) is None
+    assert allowed_path(root / "missing") is None
+
+
 def _explorer_on_injection(at: AppTest) -> AppTest:
     at.selectbox(key="x_condition").set_value("pr_b").run()
     labels = at.selectbox(key="q_pick").options
     coffee = next(i for i, lab in enumerate(labels) if "q-coffee" in lab)
     at.selectbox(key="q_pick").set_value(coffee).run()
     no_error(at)
-    doc_opts = at.selectbox(key="x_doc").options
+    doc_opts = at.selectbox(key="x_doc_pr_b_q-coffee").options
     inj = next(i for i, lab in enumerate(doc_opts) if "attack:pr_b:q-coffee:0" in lab)
-    at.selectbox(key="x_doc").set_value(inj).run()
+    at.selectbox(key="x_doc_pr_b_q-coffee").set_value(inj).run()
     no_error(at)
     return at
 
@@ -161,7 +194,8 @@ def test_alerts_triage_flow(dash_env):
     at.button(key="al_audit").click().run()
     no_error(at)
     assert len(at.dataframe[0].value) >= 1
-    at.text_input(key="al_why").set_value("coordinated poison").run()
+    aid = at.dataframe[0].value["alert"][0]
+    at.text_input(key=f"al_why_{aid}").set_value("coordinated poison").run()
     at.button(key="al_do_confirmed").click().run()
     no_error(at)
     from sieve.ledger import Ledger

@@ -30,7 +30,8 @@ MARKDOWN_CALLS = {"markdown", "write", "caption", "info", "warning", "error", "s
                   "subheader", "title", "metric", "expander", "button", "toggle", "checkbox", "radio",
                   "selectbox", "multiselect", "slider", "select_slider", "text_input", "text_area",
                   "number_input", "download_button", "file_uploader", "tabs", "popover", "status", "exception"}
-SAFE_CALLS = {"md", "md_escape", "friendly", "len", "int", "float", "round", "sum"}
+#: Calls that return escaped text (md, friendly) or one of our own fixed sentences (answer_verdict).
+SAFE_CALLS = {"md", "md_escape", "friendly", "answer_verdict", "len", "int", "float", "round", "sum"}
 
 
 def _safe(node: ast.AST) -> bool:
@@ -60,8 +61,12 @@ def _safe(node: ast.AST) -> bool:
         return False
     if isinstance(node, ast.Name) and node.id.isupper():          # a module constant of our own text
         return True
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id.isupper():
-        return True                                               # HELP["…"] / TERMS[name]: our own text
+    if isinstance(node, ast.Attribute) and node.attr.isupper():   # Gl.CONTEXT_HELP
+        return True
+    if isinstance(node, ast.Subscript) and (
+            (isinstance(node.value, ast.Name) and node.value.id.isupper())
+            or (isinstance(node.value, ast.Attribute) and node.value.attr.isupper())):
+        return True                                               # HELP["…"] / R.METRIC_HELP[k]: our own text
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
             and isinstance(node.func.value, ast.Name) and node.func.value.id.isupper():
         return all(_safe(a) for a in node.args[1:])              # HELP.get(name, "…")
@@ -95,6 +100,8 @@ def unsafe_calls(path: Path) -> list[str]:
             continue
         if name not in MARKDOWN_CALLS:
             continue
+        if name == "write" and isinstance(node.func.value, ast.Name) and node.func.value.id in ("fh", "f", "out"):
+            continue          # a file handle, not Streamlit
         if name == "write":
             args = node.args
         else:
