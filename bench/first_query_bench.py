@@ -10,6 +10,10 @@ defenses (none, tris with L3 off, rsq, rsg_rsq) on the first attack family — t
 ``explore`` call, then ``--queries`` further first-time queries and their warm repeats. Peak
 resident memory (``ru_maxrss``) of the child is reported.
 
+``--eval N`` instead runs ``sieve eval demo_data --no-llm --limit N`` (default defenses: all
+registered) end to end in a fresh process and empty cache per tree, and reports wall-clock, peak
+RSS (``/usr/bin/time``) and the size of ``records.jsonl``.
+
 ``--baseline DIR`` is a checkout of the landed code (``git worktree add /tmp/landed 6f6e11b``),
 measured in the same run, alternating with this tree, so the ratio holds on a busy machine. The
 1-minute load average is printed with every run.
@@ -104,15 +108,53 @@ def run(root: Path, n_q: int, tiny: bool) -> dict:
     return out
 
 
+def run_eval(root: Path, limit: int, defenses: str | None) -> dict:
+    from sieve.config import default_cache_dir
+
+    cache = fresh_cache(default_cache_dir())
+    out = Path(tempfile.mkdtemp(prefix="sieve-evalbench-")) / "run"
+    env = {**os.environ, "SIEVE_CACHE_DIR": str(cache), "PYTHONPATH": str(root)}
+    env.pop("SIEVE_CONFIG", None)
+    cmd = ["/usr/bin/time", "-f", "MAXRSS %M", sys.executable, "-c", "from sieve.cli import app; app()", "eval",
+           str(root / "demo_data"), "--out", str(out), "--no-llm", "--no-progress", "--limit", str(limit)]
+    if defenses:
+        cmd += ["--defenses", defenses]
+    load = os.getloadavg()[0]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(root))
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"eval failed for {root} (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    rss = next((int(x.split()[1]) for x in p.stderr.splitlines() if x.startswith("MAXRSS ")), 0) / 1024
+    rec = out / "records.jsonl"
+    return {"wall_s": wall, "peak_rss_mb": rss, "records_mb": rec.stat().st_size / 1e6,
+            "n_records": sum(1 for _ in rec.open(encoding="utf-8")), "load": load}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, default=None, help="checkout of the landed code to compare against")
     ap.add_argument("--queries", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs per tree")
     ap.add_argument("--tiny", action="store_true", help="tiny in-process models (plumbing check only)")
+    ap.add_argument("--eval", type=int, default=0, metavar="N",
+                    help="time `sieve eval demo_data --no-llm --limit N` instead of the explorer")
+    ap.add_argument("--defenses", default=None, help="with --eval: comma-separated defenses (default: all)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     trees = ([("landed", args.baseline.resolve())] if args.baseline else []) + [("this", ROOT)]
+    if args.eval:
+        ev: dict[str, dict] = {}
+        for name, root in trees:
+            ev[name] = r = run_eval(root, args.eval, args.defenses)
+            print(f"{name:7s} load {r['load']:4.1f}  sieve eval --no-llm --limit {args.eval}: {r['wall_s']:7.1f} s  "
+                  f"peak RSS {r['peak_rss_mb']:6.0f} MB  records.jsonl {r['records_mb']:8.2f} MB "
+                  f"({r['n_records']} records)", flush=True)
+        if args.baseline:
+            a, b = ev["landed"], ev["this"]
+            print(f"ratio landed/this: wall-clock {a['wall_s'] / b['wall_s']:.2f}x faster, records "
+                  f"{a['records_mb'] / max(b['records_mb'], 1e-9):.1f}x smaller")
+        return 0
     results: dict[str, list[dict]] = {name: [] for name, _ in trees}
     for _ in range(args.repeats):
         for name, root in trees:

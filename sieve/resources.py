@@ -129,11 +129,13 @@ class Resources:
     # -- cached per-document artifacts -------------------------------------------------------------
     def judge_embeddings(self, texts: list[str]) -> np.ndarray:
         """Judge-space embeddings [n, d] (L2-normalised), cached per document (TRIS L1)."""
-        judge = self.judge
-        arrs = self.cache.get_or_compute(
-            "embedding", judge.model_id, texts, lambda miss: list(judge.encode(miss, kind="passage"))
+        if not texts:
+            return np.zeros((0, self.judge.dim), np.float32)
+        judge_id = str(self._judge.model_id) if self._judge is not None else self.artifact_model_ids()["judge"]
+        arrs = self.cache.get_or_compute(   # the judge is loaded only for cache misses
+            "embedding", judge_id, texts, lambda miss: list(self.judge.encode(miss, kind="passage"))
         )
-        return np.vstack(arrs).astype(np.float32) if arrs else np.zeros((0, judge.dim), np.float32)
+        return np.vstack(arrs).astype(np.float32)
 
     def lm_trace(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> np.ndarray:
         """Per-token NLL trace of the causal LM (RSQ E_p, perplexity filter), cached per document
@@ -145,9 +147,10 @@ class Resources:
         batches (:func:`sieve.models.batching.lm_traces`); hits are read from the cache."""
         if not texts:
             return []
-        lm = self.causal_lm
-        return self.cache.get_or_compute(f"nll@{max_tokens}", lm.model_id, list(texts),
-                                         lambda miss: batching.lm_traces(lm, miss, max_tokens))
+        # keyed by the model id alone: when every trace is cached (shipped pack, precompute) the
+        # LM weights are never loaded
+        return self.cache.get_or_compute(f"nll@{max_tokens}", self.causal_lm_id(), list(texts),
+                                         lambda miss: batching.lm_traces(self.causal_lm, miss, max_tokens))
 
     def token_states(self, text: str, max_tokens: int = TOKEN_STATE_TOKENS) -> np.ndarray:
         """Token hidden states for BERTScore (RSQ E_s), cached per document under kind
@@ -190,7 +193,9 @@ class Resources:
 
         m = self.config.models
         return {
-            "judge": str(self._judge.model_id) if self._judge is not None else embedder_model_id(m.judge, "judge"),
+            # an int8 judge's id depends on its agreement gate: known only once loaded
+            "judge": (str(self.judge.model_id) if self._judge is not None or m.backend == "onnx-int8"
+                      else embedder_model_id(m.judge, "judge")),
             "causal_lm": self.causal_lm_id(),
             "token_encoder": (str(self._token_encoder.model_id) if self._token_encoder is not None
                               else token_encoder_model_id(m.token_encoder, m.token_encoder_layer)),

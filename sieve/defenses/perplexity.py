@@ -68,7 +68,7 @@ class Perplexity(Defense):
                 "perplexity: no threshold set; pass threshold=..., or learn it on clean data with "
                 "calibrate(clean_rankings, resources) or fit_clean(clean_documents, resources)")
         out = []
-        lm_id = getattr(resources.lm, "model_id", "lm")
+        lm_id = resources.causal_lm_id()   # no weights loaded when every trace is cached
         scores = self.score_texts([d.text for d in ranking.documents], resources)
         for d, ppl in zip(ranking.documents, scores):
             if ppl is None:
