@@ -1,5 +1,7 @@
 """Attack lab (classroom): poison one question in a sandbox copy of the index and watch the ranks,
 the undefended answer and each defense respond. The demo files are never modified."""
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -9,7 +11,7 @@ from sieve.dashboard import lab as L
 from sieve.dashboard import session as S
 from sieve.experiment import prepare_defense
 from sieve.dashboard import state
-from sieve.dashboard.safe import snippet
+from sieve.dashboard.safe import md, snippet
 from sieve.types import Target
 
 state.init_state()
@@ -37,8 +39,27 @@ with state.page_guard("Attack lab"):
         "of the index, then watch where the poisons rank and how each defense reacts."
     )
     ds = state.dataset()
+    class_mode = st.toggle("Class mode (the whole demo in under a minute)", value=False, key="lab_class",
+                           help="Uses the dataset's own pr_b poisons (no generation), 5 poisons, the TRIS L2 "
+                                "defense (no model) and 3 short answers that stay cached for the next class.")
+    try:
+        run_records = state.run(st.session_state["run_dir"]).records
+    except Exception:  # noqa: BLE001 - no answers run: questions are simply not pre-checked
+        run_records = []
+    checked = L.clean_answer_status(run_records)
     if ds.targets:
-        labels = {t.query_id: f"{t.query_id} — {snippet(t.query, 80)}" for t in ds.targets}
+        good = [t for t in ds.targets if checked.get(t.query_id, {}).get("correct")]
+        only_good = st.toggle(f"Only questions the clean pipeline answers correctly ({len(good):d} checked)",
+                              value=bool(good), key="lab_only_good", disabled=not good,
+                              help="Checked with the undefended pipeline's recorded clean answers (answers run "
+                                   "on the Trade-offs page). A flip only tells a story when the clean answer is right.")
+        pool = good if (only_good and good) else list(ds.targets)
+
+        def _mark(qid: str) -> str:
+            c = checked.get(qid)
+            return "✓ clean answer correct" if c and c["correct"] else ("✗ clean answer wrong" if c else "not checked")
+
+        labels = {t.query_id: f"{snippet(t.query, 80)} — {_mark(t.query_id)}" for t in pool}
         qid = st.selectbox("Question to attack", list(labels), format_func=lambda q: labels[q], key="lab_target")
         target = ds.targets_by_query[qid]
     else:
@@ -49,65 +70,110 @@ with state.page_guard("Attack lab"):
         if not (q.strip() and ta.strip() and payload.strip()):
             st.stop()
         target = Target("lab-q", q, (), ta, (payload,))
-    st.caption(f"Correct answer: {', '.join(target.correct_answers) or 'n/a'} · the attacker wants: **{target.target_answer}**")
+    st.caption("Question (verbatim):")
+    st.text(target.query)
+    c = checked.get(target.query_id)
+    if c is not None:
+        st.caption(("✓ The clean pipeline answers correctly: " if c["correct"] else
+                    "✗ The clean pipeline already answers wrongly — pick another question for a clear flip: ")
+                   + md(snippet(c["answer"], 160)))
+    original_answer = target.target_answer
+    custom = st.text_input("Target answer the attacker wants", value=original_answer, key=f"lab_custom_{target.query_id}",
+                           help="Change it to make the poisons assert your own false answer (the payloads' answer "
+                                "is substituted).")
+    target = L.retarget(target, custom)
+    st.caption(f"Correct answer: {md(', '.join(target.correct_answers) or 'n/a')} · the attacker wants: "
+               f"**{md(target.target_answer)}**")
 
     families = L.lab_families()
     c1, c2, c3 = st.columns([2, 2, 1])
-    family = c1.selectbox("Attack family", families, key="lab_family")
-    volume = c2.slider("Injection volume (poisons)", 1, 20, 5, key="lab_volume")
-    seed = c3.number_input("Seed", 0, 10_000, 0, key="lab_seed")
-    st.caption(FAMILY_HELP.get(family, ""))
+    if class_mode:
+        family, volume, seed = L.CLASS_MODE["family"], L.CLASS_MODE["volume"], 0
+        c1.caption(f"Class mode: family {md(family)}, {volume:d} poisons from the dataset")
+    else:
+        family = c1.selectbox("Attack family", families, key="lab_family")
+        volume = c2.slider("Injection volume (poisons)", 1, 20, 5, key="lab_volume")
+        seed = c3.number_input("Seed", 0, 10_000, 0, key="lab_seed")
+    st.caption(FAMILY_HELP.get(family, "An attack family registered in this installation."))
     in_file = family in ds.attack_families() and any(r.query_id == target.query_id for r in ds.attack_records(family))
     b1, b2 = st.columns(2)
     sandbox_key = "lab_sandbox"
-    if b1.button("Generate poisons", type="primary", key="lab_generate"):
-        with st.spinner(f"Generating {volume} {family} poisons…"):
-            docs, stats = L.lab_poisons(family, target, state.resources(), volume=volume, seed=int(seed))
-        st.session_state[sandbox_key] = {"family": family, "qid": target.query_id, "docs": docs, "stats": stats}
-    if in_file and b2.button("Load the dataset's poisons", key="lab_load"):
+    box_id = (family, target.query_id, target.target_answer)
+
+    def load_dataset_poisons() -> None:
         rec = next(r for r in ds.attack_records(family) if r.query_id == target.query_id)
         from sieve.types import Document
 
         docs = [Document(f"lab:{d.id}", d.text, d.title, True, dict(d.metadata)) for d in rec.documents[:volume]]
-        st.session_state[sandbox_key] = {"family": family, "qid": target.query_id, "docs": docs, "stats": {}}
+        docs = L.retarget_documents(docs, original_answer, target.target_answer)
+        st.session_state[sandbox_key] = {"id": box_id, "family": family, "qid": target.query_id, "docs": docs,
+                                         "stats": {}}
+
+    if class_mode and in_file and (st.session_state.get(sandbox_key) or {}).get("id") != box_id:
+        load_dataset_poisons()
+    if not class_mode and b1.button("Generate poisons", type="primary", key="lab_generate"):
+        with st.status(f"Generating {volume:d} {md(family)} poisons…", expanded=False) as status:
+            t0 = time.perf_counter()
+            docs, stats = L.lab_poisons(family, target, state.resources(), volume=volume, seed=int(seed))
+            status.update(label=f"Generated {len(docs):d} poisons in {time.perf_counter() - t0:.1f} s", state="complete")
+        st.session_state[sandbox_key] = {"id": box_id, "family": family, "qid": target.query_id, "docs": docs,
+                                         "stats": stats}
+    if in_file and not class_mode and b2.button("Load the dataset's poisons", key="lab_load"):
+        load_dataset_poisons()
     box = st.session_state.get(sandbox_key)
-    if not box or box["qid"] != target.query_id:
+    if not box or box["id"] != box_id:
         st.info("Generate poisons (or load the dataset's own) to start the experiment.")
         st.stop()
 
     poisons = box["docs"]
-    st.write(f"**{len(poisons)} poison passages** ({box['family']}) — shown verbatim:")
-    st.dataframe(pd.DataFrame([{"id": d.id, "text": d.text} for d in poisons]), hide_index=True, width="stretch")
+    st.write(f"**{len(poisons):d} poison passages** ({md(box['family'])}) — shown verbatim:")
+    st.dataframe(pd.DataFrame([{"id": d.id, "text": d.text} for d in poisons]), hide_index=True, width="stretch",
+                 column_config={"text": st.column_config.TextColumn("text", width="large")})
+    with st.expander("Full poison texts"):
+        for d in poisons:
+            st.caption(md(d.id))
+            st.text(d.text)
 
     exp = state.experiment()
     res = state.resources()
-    clean_r = exp.rank(target.query, condition=S.CLEAN, query_id=target.query_id,
-                       correct_answers=target.correct_answers, target_answer=target.target_answer)
-    pois_r = L.lab_ranking(exp, target, box["family"], poisons)
-    sandbox = L.lab_snapshot(exp, box["family"], poisons)
+    with st.status("Ranking the question on the clean index and on the poisoned sandbox…", expanded=False) as status:
+        clean_r = exp.rank(target.query, condition=S.CLEAN, query_id=target.query_id,
+                           correct_answers=target.correct_answers, target_answer=target.target_answer)
+        pois_r = L.lab_ranking(exp, target, box["family"], poisons)
+        sandbox = L.lab_snapshot(exp, box["family"], poisons)
+        status.update(label="Ranked", state="complete")
     st.plotly_chart(F.rank_strip({"clean index": clean_r, "poisoned sandbox": pois_r}), width="stretch")
     ranks = L.poison_ranks(pois_r)
     in_top5 = sum(1 for r in ranks if r <= 5)
     st.metric("poisons in the top-5", f"{in_top5} / {len(poisons)}",
-              help="ranks of the poisons in the sandbox: " + ", ".join(map(str, ranks[:20])))
+              help="How many poisons the retriever ranks among the 5 passages the generator reads (0 is best "
+                   "for the defender). Ranks of the poisons: " + md(", ".join(str(int(r)) for r in ranks[:20])))
 
     st.subheader("How the defenses respond")
     from sieve.registry import DEFENSES
 
-    specs = st.multiselect("Defenses", [n for n in DEFENSES.names() if n != "none"],
-                           default=[d for d in ("tris", "rsq", "rsg_rsq") if d in DEFENSES.names()], key="lab_defs")
+    if class_mode:
+        specs = list(L.CLASS_MODE["defenses"])
+    else:
+        specs = st.multiselect("Defenses", [n for n in DEFENSES.names() if n != "none"],
+                               default=[d for d in ("tris", "rsq", "rsg_rsq") if d in DEFENSES.names()], key="lab_defs")
     k_ctx = int(st.session_state["k_ctx"])
     results = {"none": prepare_defense(exp, "none").apply(pois_r, res, k_ctx=k_ctx)}
     rows = []
-    for spec in specs:
+    bar = st.progress(0.0, text="Preparing defenses…") if specs else None
+    for j, spec in enumerate(specs):
+        if bar is not None:
+            bar.progress(j / len(specs), text=f"Preparing and applying {md(spec)} ({j + 1:d} of {len(specs):d})…")
         try:
             d = prepare_defense(exp, spec, snapshot=sandbox, calibration=state.calibration(),
                                 clean_limit=S.DASHBOARD_CALIBRATION_QUERIES)
             r = d.apply(pois_r, res, k_ctx=k_ctx)
         except Exception as e:  # noqa: BLE001
-            st.warning(f"{spec}: {state.friendly(e)}")
+            st.warning(f"{md(spec)}: " + state.friendly(e))
             continue
         results[spec] = r
+    if bar is not None:
+        bar.empty()
     for name, r in results.items():
         removed = set(r.removed_ids)
         rows.append({"defense": "undefended" if name == "none" else name,
@@ -116,23 +182,38 @@ with state.page_guard("Attack lab"):
                      "poisons left in context": sum(1 for d in r.context if d.poison),
                      "fallback": r.fallback_used})
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption("The context each defense hands to the generator (poisons marked):")
+    ctx_tabs = st.tabs([("undefended" if n == "none" else md(n)) for n in results])
+    for tab, (name, r) in zip(ctx_tabs, results.items()):
+        with tab:
+            st.dataframe(pd.DataFrame([{"poison": "yes" if d.poison else "", "rank": d.rank, "id": d.id, "text": d.text}
+                                       for d in r.context]), hide_index=True, width="stretch",
+                         column_config={"text": st.column_config.TextColumn("text", width="large")})
 
     if st.button("Generate answers (clean, poisoned, defended)", key="lab_answers"):
-        with st.spinner("Generating answers with the local model…"):
-            try:
-                ctxs = {"clean index": [d.text for d in clean_r.top(k_ctx)]}
-                ctxs.update({("poisoned, undefended" if n == "none" else f"poisoned + {n}"): [d.text for d in r.context]
-                             for n, r in results.items()})
-                st.session_state["lab_answer_store"] = (box["family"], target.query_id,
-                                                   E.generate_answers(res, target.query, ctxs))
-            except Exception as e:  # noqa: BLE001
-                state.show_error("Generation failed", e)
+        ctxs = {"clean index": [d.text for d in clean_r.top(k_ctx)]}
+        ctxs.update({("poisoned, undefended" if n == "none" else f"poisoned + {n}"): [d.text for d in r.context]
+                     for n, r in results.items()})
+        out: dict = {}
+        bar = st.progress(0.0, text="Generating answers with the local model (loads once)…")
+        t0 = time.perf_counter()
+        try:
+            for j, (name, texts) in enumerate(ctxs.items()):
+                bar.progress(j / len(ctxs), text=f"Answering from the context: {md(name)} ({j + 1:d} of {len(ctxs):d})…")
+                out.update(E.generate_answers(res, target.query, {name: texts}))
+        except Exception as e:  # noqa: BLE001
+            state.show_error("Generation failed", e)
+        finally:
+            bar.empty()
+        if out:
+            st.session_state["lab_answer_store"] = (box_id, out, time.perf_counter() - t0)
     ans = st.session_state.get("lab_answer_store")
-    if ans and ans[0] == box["family"] and ans[1] == target.query_id:
-        cols = st.columns(len(ans[2]))
-        for col, (name, text) in zip(cols, ans[2].items()):
+    if ans and ans[0] == box_id:
+        cols = st.columns(len(ans[1]))
+        for col, (name, text) in zip(cols, ans[1].items()):
             with col:
-                st.write(f"**{name}**")
+                st.write(f"**{md(name)}**")
                 st.text(text)
                 st.caption(E.answer_verdict(text, target.correct_answers, target.target_answer))
+        st.caption(f"Answers took {ans[2]:.1f} s (cached answers return at once).")
     st.caption("Everything here lives in memory: the sandbox index is a copy, the dataset files are untouched.")

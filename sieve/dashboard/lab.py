@@ -49,3 +49,48 @@ def lab_ranking(experiment: "Experiment", target: Target, family: str, poisons: 
 
 def poison_ranks(ranking: Ranking) -> list[int]:
     return [d.rank for d in ranking.documents if d.poison]
+
+
+#: Class-mode preset: the whole demo in under a minute on 2 CPU cores — the dataset's own pr_b poisons
+#: (no generation), five of them, one fast defense (TRIS L2: no model) and three short answers that
+#: the answer cache keeps for the next class.
+CLASS_MODE = {"family": "pr_b", "volume": 5, "defenses": ("tris_l2",), "use_dataset_poisons": True}
+
+
+def _replace_ci(text: str, old: str, new: str) -> str:
+    import re
+
+    return re.sub(re.escape(old), lambda _m: new, text, flags=re.IGNORECASE) if old else text
+
+
+def retarget(target: Target, answer: str) -> Target:
+    """``target`` with another target answer: every payload asserting the old answer now asserts
+    ``answer`` (case-insensitive substitution; payloads that never name it are kept as they are)."""
+    import dataclasses
+
+    answer = answer.strip()
+    if not answer or answer == target.target_answer:
+        return target
+    return dataclasses.replace(target, target_answer=answer,
+                               payloads=tuple(_replace_ci(p, target.target_answer, answer) for p in target.payloads))
+
+
+def retarget_documents(docs: Sequence[Document], old: str, new: str) -> list[Document]:
+    """Poison documents rewritten for a custom target answer (same substitution as :func:`retarget`)."""
+    if not new.strip() or new == old:
+        return list(docs)
+    return [Document(d.id, _replace_ci(d.text, old, new), d.title, d.poison, dict(d.metadata)) for d in docs]
+
+
+def clean_answer_status(run_records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per question id, the undefended clean-condition answer recorded in an answers run and whether
+    it is correct (§9.1 normalised substring): ``{qid: {"answer": str, "correct": bool}}``."""
+    from sieve.evaluation.metrics import clean_correct
+
+    out: dict[str, dict[str, Any]] = {}
+    for r in run_records:
+        if r.get("defense") != "none" or r.get("condition") != "clean" or r.get("answer") is None:
+            continue
+        ok = bool(r.get("correct_answers")) and clean_correct(r["answer"], r["correct_answers"])
+        out[r["query_id"]] = {"answer": r["answer"], "correct": ok}
+    return out

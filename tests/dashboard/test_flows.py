@@ -147,3 +147,36 @@ def test_geometry_picker_and_metrics_agree_and_condition_switch_keeps_a_valid_pi
     pb = at.selectbox(key="g_doc_pr_b")
     shown = {m.label: m.value for m in at.metric}
     assert shown["flagged"].startswith("yes") == pb.options[pb.index].endswith("(flagged)")
+
+
+# ---- Attack lab: class mode, checked questions, custom target answer, contexts ----------------------
+def test_attack_lab_class_mode_custom_target_and_contexts(dash_env):
+    at = AppTest.from_file(page("5_attack_lab.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    labels = at.selectbox(key="lab_target").options
+    assert all(lab.endswith(("✓ clean answer correct", "✗ clean answer wrong", "not checked")) for lab in labels)
+    if at.toggle(key="lab_only_good").value:
+        assert all(lab.endswith("✓ clean answer correct") for lab in labels), "only questions answered correctly"
+    at.toggle(key="lab_class").set_value(True).run()
+    no_error(at)
+    qid = at.selectbox(key="lab_target").value
+    at.text_input(key=f"lab_custom_{qid}").set_value("Atlantis").run()
+    no_error(at)
+    poisons = at.dataframe[0].value
+    assert len(poisons) == 5 and all(i.startswith("lab:attack:pr_b:") for i in poisons["id"])
+    assert all("Atlantis" in t for t in poisons["text"]), "the poisons assert the custom target answer"
+    assert any("**Atlantis**" in c.value for c in at.caption)
+    responses = next(d.value for d in at.dataframe if "poisons removed" in d.value.columns)
+    assert list(responses["defense"]) == ["undefended", "tris_l2"]
+    assert [t.label for t in at.tabs] == ["undefended", "tris\\_l2"]
+    # each defense's context: the undefended one holds poisons, TRIS L2 removed the question-prefixed ones
+    ctx = [d.value for d in at.dataframe if list(d.value.columns)[:2] == ["poison", "rank"]]
+    assert len(ctx) == 2 and (ctx[0]["poison"] == "yes").sum() >= 1 and (ctx[1]["poison"] == "yes").sum() == 0
+    at.button(key="lab_answers").click().run()
+    no_error(at)
+    verdicts = [c.value for c in at.caption if c.value in ("correct", "neither correct nor the target")
+                or c.value.startswith("attack succeeded")]
+    assert len(verdicts) == 3
+    # clean index, poisoned undefended, poisoned + tris_l2: the tiny reader repeats the top passage
+    assert verdicts[1] == "attack succeeded (asserts the target answer)", verdicts
+    assert not verdicts[2].startswith("attack succeeded"), verdicts

@@ -49,6 +49,11 @@ def _safe(node: ast.AST) -> bool:
         return _safe(node.left) and _safe(node.right)
     if isinstance(node, ast.IfExp):
         return _safe(node.body) and _safe(node.orelse)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+            and isinstance(node.func.value, ast.Name) and node.func.value.id.isupper():
+        return all(_safe(a) for a in node.args[1:])              # HELP.get(name, "…")
+    if isinstance(node, ast.ListComp):                            # st.tabs([md(n) for n in …])
+        return _safe(node.elt)
     if isinstance(node, ast.Call):
         f = node.func
         name = f.id if isinstance(f, ast.Name) else (f.attr if isinstance(f, ast.Attribute) else "")
@@ -67,9 +72,6 @@ def _safe(node: ast.AST) -> bool:
             (isinstance(node.value, ast.Name) and node.value.id.isupper())
             or (isinstance(node.value, ast.Attribute) and node.value.attr.isupper())):
         return True                                               # HELP["…"] / R.METRIC_HELP[k]: our own text
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-            and isinstance(node.func.value, ast.Name) and node.func.value.id.isupper():
-        return all(_safe(a) for a in node.args[1:])              # HELP.get(name, "…")
     if isinstance(node, (ast.List, ast.Tuple)):     # st.tabs([...])
         return all(_safe(e) for e in node.elts)
     return False
@@ -165,3 +167,13 @@ def test_md_renders_any_text_as_plain_text(text):
 def test_visible_leaves_no_bidi_or_control_characters(text):
     v = visible(text)
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", v)
+
+
+def test_dashboard_binds_localhost_by_default():
+    """Streamlit's default is every interface: the shipped config and the demo script pin 127.0.0.1."""
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    assert cfg["server"]["address"] == "127.0.0.1"
+    demo = (ROOT / "scripts" / "demo.sh").read_text(encoding="utf-8")
+    assert '--server.address "${SIEVE_DASHBOARD_ADDRESS:-127.0.0.1}"' in demo
