@@ -171,8 +171,9 @@ def test_cli_writes_and_merges_families(tmp_path, targets):
     r = _run(d, "--attack", "pr_b", "--append-to", att, "--volume", "3", "--limit", "1", "--no-progress")
     assert r.exit_code == 0, r.output
     ds = load_dataset(d)                                            # the merged file is a valid dataset
-    assert ds.attack_families() == ["diverse", "pr_b"]
-    assert [len(r.documents) for r in ds.attacks] == [2, 2, 3]      # pr_b replaced, diverse kept
+    assert ds.attack_families() == ["pr_b", "diverse"]
+    # --limit 1 replaces only the first pr_b target in place; its other target and diverse are kept (issue 14)
+    assert [(r.attack, len(r.documents)) for r in ds.attacks] == [("pr_b", 3), ("pr_b", 5), ("diverse", 2), ("diverse", 2)]
     assert len((tmp_path / "x.jsonl").read_text().splitlines()) == 2
 
 
