@@ -1,0 +1,192 @@
+"""RSG at scale (issue 13): engine × corpus size × kNN mode → docs/s, neighbour recall@16, flag overlap
+with exact, peak RSS.
+
+    sieve bench scale [--sizes 10000,100000,1000000] [--engines local,ray] [--modes ivf]
+                      [--exact-max 100000] [--ray-max 100000] [--dim 384] [--workdir DIR]
+
+For each size a clustered synthetic corpus (sieve/scale/synthetic.py: topics, sub-topics,
+near-duplicate and coordinated groups) is written once as float16 shards (sieve/scale/shards.py).
+Every (engine, mode, size) then runs in a fresh subprocess that memory-maps the shards, so its peak
+RSS (ru_maxrss) is its own. Timed: RSG given the vectors — float16→float32 conversion, kNN,
+per-document statistics, script integrity, corpus tail and flags. Not timed: generating and opening
+the shards, and the recall sample (timed and printed separately).
+
+Baseline measured in the same run: the exact mode at the same size (sizes ≤ --exact-max); above
+that, exact throughput is estimated from 2,000 sampled rows (exact kNN is O(N) per row) and the
+overlap is "n/a". Ratios are approximate ÷ exact docs/s. With --repeats R > 1 each configuration is
+run R times and p50/p90 of docs/s are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def build_corpus(n: int, dim: int, workdir: Path) -> Path:
+    from sieve.scale.shards import MANIFEST, write_shards
+    from sieve.scale.synthetic import SyntheticCorpus
+
+    out = workdir / f"synthetic-{n}-{dim}"
+    if (out / MANIFEST).exists():
+        return out
+    corpus = SyntheticCorpus(n, dim=dim, seed=0)
+    t = time.perf_counter()
+    write_shards(out, ((c.ids, c.texts, c.vectors) for c in corpus.chunks(65_536)), "synthetic",
+                 {"generator": "sieve.scale.synthetic", "n": n, "dim": dim, "seed": 0})
+    np.save(out / "kind.npy", np.concatenate([c.kind for c in corpus.chunks(65_536)]))
+    print(f"# corpus {n:,} × {dim}: written in {time.perf_counter() - t:.1f} s → {out}", flush=True)
+    return out
+
+
+def one(args: argparse.Namespace) -> None:
+    """Child: one (engine, mode) audit of one shard directory; prints a JSON line."""
+    from sieve.defenses.rsg import RSGParams, audit_corpus
+    from sieve.index.knn import sampled_recall, unit_matrix
+    from sieve.scale.shards import open_shards
+
+    shards = open_shards(Path(args.one))
+    ids, texts, vectors = shards.ids, shards.texts, shards.vectors
+    n = len(ids)
+    params = RSGParams(mode=args.mode)
+    layout = None
+    t = time.perf_counter()
+    if args.engine == "ray":
+        from sieve.scale.ray_engine import ray_audit
+
+        audit, layout = ray_audit(ids, texts, vectors, params, num_cpus=os.cpu_count(), recall_sample=0)
+    else:
+        audit = audit_corpus(ids, texts, vectors, params, recall_sample=0)
+    seconds = time.perf_counter() - t
+    rec = None
+    rec_s = 0.0
+    if args.mode != "exact":
+        t = time.perf_counter()
+        rec = sampled_recall(unit_matrix(vectors), audit.neighbour_ids, sample=1000)
+        rec_s = time.perf_counter() - t
+    np.save(Path(args.flags_out), audit.flagged)
+    kind = np.load(Path(args.one) / "kind.npy")
+    print(json.dumps({
+        "n": n, "engine": args.engine, "mode": args.mode, "seconds": seconds, "docs_per_s": n / seconds,
+        "recall": rec, "recall_seconds": rec_s, "flags": int(audit.flagged.sum()),
+        "coordinated_flagged": float(audit.flagged[kind == 2].mean()) if (kind == 2).any() else None,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+        "knn": audit.knn, "ray": layout}), flush=True)
+
+
+def exact_estimate(path: Path, sample: int = 2000) -> float:
+    """Exact kNN docs/s estimated from ``sample`` rows (the kNN dominates; O(N) per row)."""
+    from sieve.index.knn import exact_rows, unit_matrix
+    from sieve.scale.shards import open_shards
+
+    x = unit_matrix(open_shards(path, verify=False).vectors)
+    rows = np.sort(np.random.default_rng(1).choice(x.shape[0], sample, replace=False))
+    t = time.perf_counter()
+    exact_rows(x, rows, 16)
+    return sample / (time.perf_counter() - t)
+
+
+def run_child(path: Path, engine: str, mode: str, flags_out: Path) -> dict:
+    cmd = [sys.executable, __file__, "--one", str(path), "--engine", engine, "--mode", mode, "--flags-out", str(flags_out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        return {"error": (res.stderr or res.stdout).strip().splitlines()[-1:] or ["failed"]}
+    return json.loads([line for line in res.stdout.splitlines() if line.startswith("{")][-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--engines", default="local,ray")
+    ap.add_argument("--modes", default="ivf", help="approximate modes to time (exact is the baseline)")
+    ap.add_argument("--exact-max", type=int, default=100_000, help="largest size with a full exact run")
+    ap.add_argument("--ray-max", type=int, default=100_000, help="largest size run on the Ray engine")
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write every result to this file")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="local", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="ivf", help=argparse.SUPPRESS)
+    ap.add_argument("--flags-out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        one(args)
+        return
+    workdir = args.workdir or Path(tempfile.gettempdir()) / "sieve-scale-bench"
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"# machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "
+          f"(shared box: other jobs run concurrently)", flush=True)
+    results = []
+    header = (f"{'engine':<6} {'mode':<6} {'size':>9} {'docs/s':>9} {'p50/p90':>15} {'vs exact':>8} "
+              f"{'recall@16 (95% CI, n)':>30} {'overlap':>8} {'flags':>6} {'coord':>5} {'peak RSS':>9}")
+    for n in [int(s) for s in args.sizes.split(",")]:
+        path = build_corpus(n, args.dim, workdir)
+        base_flags = None
+        if n <= args.exact_max:
+            r = run_child(path, "local", "exact", workdir / f"flags-{n}-local-exact.npy")
+            base = r.get("docs_per_s", float("nan"))
+            base_flags = np.load(workdir / f"flags-{n}-local-exact.npy") if "error" not in r else None
+            r.update(size=n, ratio=1.0, overlap=1.0 if base_flags is not None else None)
+            results.append(r)
+            print(_row(r), flush=True) if len(results) > 1 else print(header + "\n" + _row(r), flush=True)
+        else:
+            base = exact_estimate(path)
+            print(f"# exact at {n:,}: {base:,.0f} docs/s estimated from 2,000 sampled rows (full run not computable here)",
+                  flush=True)
+        for engine in args.engines.split(","):
+            if engine == "ray" and n > args.ray_max:
+                continue
+            for mode in args.modes.split(","):
+                runs = [run_child(path, engine, mode, workdir / f"flags-{n}-{engine}-{mode}.npy")
+                        for _ in range(max(1, args.repeats))]
+                r = dict(runs[-1])
+                if "error" in r:
+                    print(f"{engine:<6} {mode:<6} {n:>9,} failed: {r['error']}", flush=True)
+                    continue
+                rates = [x["docs_per_s"] for x in runs if "docs_per_s" in x]
+                r["p50"], r["p90"] = float(np.percentile(rates, 50)), float(np.percentile(rates, 90))
+                r["size"], r["ratio"] = n, r["docs_per_s"] / base if base == base else None
+                flags = np.load(workdir / f"flags-{n}-{engine}-{mode}.npy")
+                if base_flags is not None:
+                    union = int((flags | base_flags).sum())
+                    r["overlap"] = float((flags & base_flags).sum()) / union if union else 1.0
+                local = workdir / f"flags-{n}-local-{mode}.npy"
+                if engine == "ray" and local.exists():
+                    r["identical_to_local"] = bool(np.array_equal(flags, np.load(local)))
+                results.append(r)
+                print(_row(r) if len(results) > 1 else header + "\n" + _row(r), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    for r in results:
+        if r.get("ray"):
+            s = r["ray"]["seconds"]
+            print(f"# ray {r['size']:,}: identical flags to local: {r.get('identical_to_local')}; stages "
+                  + ", ".join(f"{k} {v:.1f}s" for k, v in s.items()), flush=True)
+    print(f"# load average at end {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def _row(r: dict) -> str:
+    rec = r.get("recall")
+    rec_s = f"{rec['recall']:.4f} ({rec['ci95'][0]:.3f}–{rec['ci95'][1]:.3f}, {rec['n']})" if rec else "exact"
+    ov = r.get("overlap")
+    pp = f"{r['p50']:,.0f}/{r['p90']:,.0f}" if "p50" in r else "-"
+    coord = r.get("coordinated_flagged")
+    return (f"{r['engine']:<6} {r['mode']:<6} {r['size']:>9,} {r['docs_per_s']:>9,.0f} {pp:>15} "
+            f"{(r.get('ratio') or float('nan')):>7.2f}x {rec_s:>30} {'n/a' if ov is None else f'{ov:.4f}':>8} "
+            f"{r['flags']:>6} {'-' if coord is None else f'{coord:.2f}':>5} {r['peak_rss_gib']:>7.2f}GiB")
+
+
+if __name__ == "__main__":
+    main()
