@@ -149,7 +149,7 @@ def corpus_density(df: "pd.DataFrame", selected: str | None = None, row: Any = N
                 fig.add_scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=color, width=2), hoverinfo="skip")
     fig.add_scatter(
         x=df["x"], y=df["y"], mode="markers", name="documents",
-        marker=dict(size=7, color=df["D"], colorscale="Viridis", cmin=0, cmax=max(1e-6, float(df["D"].max())),
+        marker=dict(size=7, color=df["D"], colorscale="Viridis", cmin=0, cmax=max(0.05, float(df["D"].max())),
                     colorbar=dict(title="D"), symbol=["x" if p else "circle" for p in df["poison"]]),
         hovertext=[f"{hover_text(i, 40)} · D={d:.3f}<br>{hover_text(t)}" for i, d, t in zip(df["id"], df["D"], df["text"])],
         hoverinfo="text", customdata=df["id"],

@@ -1,0 +1,207 @@
+"""Real-browser flows (headless Debian chromium) on a dashboard started with the tiny in-process
+models (``SIEVE_DASHBOARD_TINY``):
+
+* hostile text: document ids, answers and an attack-family name carrying HTML/markdown images that
+  point at a local HTTP server; every page is loaded and the server must count **0** requests
+  (issue 14);
+* Geometry: clicking a point on the corpus map selects it and the page settles — no rerun loop
+  (issue 11).
+
+Screenshots go to test-artifacts/screenshots/ (hostile-<page>.png, geometry-click-*.png).
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from _dashdata import ROOT, write_tiny_dataset, write_tiny_run
+from test_browser import CHROMEDRIVER, CHROMIUM, SHOTS, _free_port, _wait_health, _wait_rendered
+
+pytestmark = [pytest.mark.browser]
+
+
+class _Counter(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        type(self).hits.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:  # noqa: ANN002
+        pass
+
+
+@pytest.fixture(scope="module")
+def trap():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counter)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    _Counter.hits = []
+    yield f"http://127.0.0.1:{srv.server_address[1]}", _Counter.hits
+    srv.shutdown()
+
+
+def _hostile(base: str) -> dict[str, str]:
+    return {
+        "img": f'<img src="{base}/img-id.png">',
+        "md": f"![x]({base}/md-id.png)",
+        "answer": f"Greenland ![a]({base}/md-answer.png) <img src={base}/img-answer.png>",
+        "family": f"pr_b<img src={base}/img-family.png>",
+    }
+
+
+def _make_hostile_dataset(root: Path, base: str) -> Path:
+    ds = write_tiny_dataset(root)
+    h = _hostile(base)
+    rows = [json.loads(x) for x in (ds / "attacks.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["attack"] = h["family"]
+        if r["query_id"] == "q-coffee":
+            r["target_answer"] = h["answer"]
+            r["documents"][1]["id"] = "attack:" + h["img"]
+            r["documents"][2]["id"] = "attack:" + h["md"]
+    (ds / "attacks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tg = [json.loads(x) for x in (ds / "targets.jsonl").read_text(encoding="utf-8").splitlines()]
+    for t in tg:
+        if t["query_id"] == "q-coffee":
+            t["target_answer"] = h["answer"]
+            t["correct_answers"] = [f"Ethiopia <img src={base}/img-correct.png>"]
+    (ds / "targets.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tg), encoding="utf-8")
+    corpus = [json.loads(x) for x in (ds / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    corpus[0]["id"] = "coffee-" + h["img"]
+    corpus[1]["id"] = "coffee-" + h["md"]
+    (ds / "corpus.jsonl").write_text("".join(json.dumps(c) + "\n" for c in corpus), encoding="utf-8")
+    (ds / "qrels.jsonl").write_text("", encoding="utf-8")
+    return ds
+
+
+@pytest.fixture(scope="module")
+def hostile_server(tmp_path_factory, trap):
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("chromium/chromedriver not installed (apt-get install chromium chromium-driver)")
+    base, _ = trap
+    tmp = tmp_path_factory.mktemp("hostile")
+    ds = _make_hostile_dataset(tmp / "ds", base)
+    run = write_tiny_run(ds, tmp / "run")
+    ledger = tmp / "ledger.sqlite"
+    from sieve.ledger import Flag, Ledger
+
+    with Ledger(ledger) as led:      # alerts whose document ids are hostile
+        h = _hostile(base)
+        led.add_flags([Flag("attack:" + h["img"], "h1", 1.0, 0.5, {"branch": "topology"}, h["md"]),
+                       Flag("coffee-" + h["md"], "h2", 1.0, 0.5, {"branch": "integrity"}, h["img"])],
+                      detector="rsg", corpus_id=h["family"], corpus_hash="x", index_version="y")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
+    env.update(SIEVE_DASHBOARD_TINY="1", SIEVE_DASHBOARD_DATASET=str(ds), SIEVE_DASHBOARD_RUN=str(run),
+               SIEVE_DASHBOARD_LEDGER=str(ledger))
+    log = open(tmp / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+                             "--server.port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_health(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+              f"--user-data-dir={tmp_path_factory.mktemp('chrome-flows')}", "--window-size=1500,2200"):
+        opts.add_argument(a)
+    d = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    d.set_page_load_timeout(120)
+    yield d
+    d.quit()
+
+
+def _shot(driver, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def test_hostile_text_makes_no_outside_request(hostile_server, browser, trap):
+    from selenium.webdriver.common.by import By
+
+    base, hits = trap
+    for name in ("overview", "corpus", "explorer", "geometry", "tradeoffs", "attack-lab", "alerts"):
+        browser.get(f"{hostile_server}/{name}")
+        _wait_rendered(browser, timeout=300)
+        time.sleep(1.0)
+        _shot(browser, f"hostile-{name}")
+        assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'), name
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "img src" in body or "![x]" in body, "the hostile strings are shown as text"
+    time.sleep(2.0)
+    assert hits == [], f"the page fetched {hits} from the counting server"
+
+
+def test_geometry_click_selects_point_and_settles(hostile_server, browser):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{hostile_server}/geometry")
+    _wait_rendered(browser, timeout=300)
+    charts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+    assert len(charts) >= 2
+    corpus_map = charts[-1]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", corpus_map)
+    time.sleep(1.0)
+
+    def picker_value() -> str:
+        """The selected document as the page shows it: the picker's value and the document text."""
+        sel = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSelectbox"]')[-1]
+        shown = sel.find_elements(By.CSS_SELECTOR, '[data-baseweb="select"]')
+        texts = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stText"]')
+        return (shown[0].text if shown else "") + " | " + (texts[-1].text if texts else "")
+
+    before = picker_value()
+    points = [p for p in corpus_map.find_elements(By.CSS_SELECTOR, ".scatterlayer .trace .points path")
+              if p.is_displayed() and p.size.get("width", 0) > 0]
+    assert len(points) >= 10
+    t0 = time.time()
+    clicked = False
+    for p in points[3:12]:        # a few candidates: a plain document point
+        try:
+            ActionChains(browser).move_to_element(p).pause(0.3).click().perform()
+            clicked = True
+            break
+        except Exception:  # noqa: BLE001 - overlapped marker: try the next point
+            continue
+    assert clicked
+    _wait_rendered(browser, timeout=120)
+    settle = time.time() - t0
+    _shot(browser, "geometry-click-after")
+    after = picker_value()
+    assert after != before, "the clicked point became the selected document"
+    # settled: no script run for several seconds (an endless rerun loop would keep the app running)
+    states = []
+    for _ in range(8):
+        states += [e.get_attribute("data-test-script-state")
+                   for e in browser.find_elements(By.CSS_SELECTOR, "[data-test-script-state]")]
+        time.sleep(0.5)
+    assert not any(s in ("running", "rerunRequested") for s in states), states
+    assert settle < 120
