@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
 from sieve.constants import K_CTX
@@ -53,9 +54,14 @@ _CAP_PHRASE = re.compile(r"(?:\b[A-Z][\w'’-]*|\b\d[\d,.]*)(?:\s+(?:of\s+|de\s+
                          r"(?:[A-Z][\w'’-]*|\d[\d,.]*))*")
 
 
+@lru_cache(maxsize=8192)
+def _content_words(text: str) -> tuple[str, ...]:
+    return tuple(w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS)
+
+
 def content_words(text: str) -> list[str]:
-    """Lower-cased word tokens without stopwords (numbers kept)."""
-    return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS]
+    """Lower-cased word tokens without stopwords (numbers kept); memoised per text (warm queries)."""
+    return list(_content_words(text))
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class Answer:
     sentence: str
 
 
+@lru_cache(maxsize=8192)
 def extract_answer(query: str, text: str) -> Answer:
     """The lexical answer of ``text`` to ``query`` (module docstring). Empty tokens = no answer found."""
     q = set(content_words(query))
@@ -125,7 +132,7 @@ def corroboration(query: str, texts: Sequence[str], candidates: Sequence[int], r
                   duplicate_jaccard: float = 0.5) -> dict[int, Corroboration]:
     """The corroboration statistic of each index in ``candidates`` against the passages at ``reference``
     (indices into ``texts``)."""
-    words = [set(content_words(t)) for t in texts]
+    words = [frozenset(_content_words(t)) for t in texts]
     q = set(content_words(query))
     answers = {i: extract_answer(query, texts[i]) for i in candidates}
     support: dict[int, tuple[int, int]] = {}

@@ -1,0 +1,153 @@
+"""Fusion detector: warm latency, evidence ablation and the leave-one-family-out table (docs/algorithms.md §14.2, §14.4).
+
+    sieve bench fusion [--calib 64] [--clean-test 64] [--limit 16] [--families a,b] [--out DIR]
+
+On demo_data with the packaged models, depth 50, k_ctx 5:
+
+* calibration on the first ``--calib`` clean queries only; clean removal measured on the next
+  ``--clean-test`` clean queries (never calibrated on);
+* every configuration — all evidence, then all-but-one for each evidence — is calibrated the same way
+  and run on the first ``--limit`` targets of every family: poison-in-context with a Wilson 95 %
+  interval (the ablation table);
+* the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
+  other families only;
+* warm latency (per-document caches filled by a first pass) of the full detector per query, p50/p95,
+  against RSQ alone on the same rankings in the same run (ratio).
+
+Writes ``fusion_bench.json`` and ``fusion_bench.md`` to ``--out`` when given. Nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sieve.cli.common import load_config, load_dataset, open_experiment  # noqa: E402
+from sieve.defenses.fusion import EVIDENCE, Fusion  # noqa: E402
+from sieve.evaluation.lofo import CleanResult, FamilyResult, format_lofo, lofo_table  # noqa: E402
+from sieve.evaluation.metrics import percentiles, wilson_interval  # noqa: E402
+from sieve.experiment import prepare_defense  # noqa: E402
+
+
+def run_config(exp, ds, evidence, calib, test_clean, families, limit, k_ctx=5):
+    d = prepare_defense(exp, Fusion(evidence=evidence), clean_rankings=calib)
+    removed = scored = 0
+    for r in test_clean:
+        for x in d.inspect(r, exp.resources, k_ctx).decisions:
+            if x.status == "scored":
+                scored += 1
+                removed += int(x.removed)
+    fams = {}
+    for fam in families:
+        if "rsg" in evidence:
+            d.fit(exp.snapshot(fam).index, exp.resources)
+        k = n = 0
+        for rec in ds.attack_records(fam)[:limit]:
+            res = d.apply(exp.rank(rec.query, condition=fam, query_id=rec.query_id), exp.resources, k_ctx)
+            k += int(any(c.poison for c in res.context))
+            n += 1
+        fams[fam] = FamilyResult(k, n)
+    if "rsg" in evidence:
+        d.fit(exp.snapshot("clean").index, exp.resources)
+    return d, CleanResult(removed, scored), fams
+
+
+def latency(exp, d, rankings, k_ctx=5):
+    from sieve.defenses.rsq import RSQ
+
+    rsq = RSQ()
+    for r in rankings:                       # warm every per-document cache
+        d.inspect(r, exp.resources, k_ctx)
+        rsq.inspect(r, exp.resources, k_ctx)
+    fus, base = [], []
+    for r in rankings:
+        t = time.perf_counter()
+        rsq.inspect(r, exp.resources, k_ctx)
+        base.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        d.inspect(r, exp.resources, k_ctx)
+        fus.append((time.perf_counter() - t) * 1000)
+    return fus, base
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default=str(ROOT / "demo_data"))
+    ap.add_argument("--calib", type=int, default=64)
+    ap.add_argument("--clean-test", type=int, default=64)
+    ap.add_argument("--limit", type=int, default=16)
+    ap.add_argument("--families", default="")
+    ap.add_argument("--evidence", default=",".join(e for e in EVIDENCE))
+    ap.add_argument("--no-ablation", action="store_true")
+    ap.add_argument("--latency-queries", type=int, default=32)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+
+    ds = load_dataset(Path(a.dataset))
+    exp = open_experiment(ds, load_config(None), depth=50, progress=False)
+    clean = exp.clean_rankings()
+    calib, test_clean = clean[:a.calib], clean[a.calib:a.calib + a.clean_test]
+    families = a.families.split(",") if a.families else ds.attack_families()
+    full = tuple(a.evidence.split(","))
+    configs = {"all": full}
+    if not a.no_ablation:
+        configs.update({f"without {e}": tuple(x for x in full if x != e) for e in full})
+    print(f"fusion bench: {len(calib)} calibration / {len(test_clean)} held-out clean queries, "
+          f"{a.limit} targets per family × {len(families)} families, k_ctx 5, depth 50")
+    results, cleans, full_defense = {}, {}, None
+    for name, ev in configs.items():
+        t = time.perf_counter()
+        d, c, fams = run_config(exp, ds, ev, calib, test_clean, families, a.limit)
+        full_defense = full_defense or d
+        results[name], cleans[name] = fams, c
+        print(f"  {name:<22} clean removal {c.rate:.3f} ({c.k}/{c.n})  "
+              + "  ".join(f"{f} {r.rate:.2f}" for f, r in fams.items())
+              + f"   [{time.perf_counter() - t:.0f} s]", flush=True)
+
+    lines = ["| configuration | clean removal (held-out) | " + " | ".join(families) + " |",
+             "|---|---|" + "---|" * len(families)]
+    for name in configs:
+        c = cleans[name]
+        lo, hi = wilson_interval(c.k, c.n)
+        cells = []
+        for f in families:
+            r = results[name][f]
+            flo, fhi = r.interval()
+            cells.append(f"{r.rate:.2f} [{flo:.2f}, {fhi:.2f}]")
+        lines.append(f"| {name} | {c.rate:.3f} [{lo:.3f}, {hi:.3f}] (n={c.n}) | " + " | ".join(cells) + " |")
+    ablation = "\n".join(lines)
+    rows = lofo_table(results, cleans)
+    lofo = format_lofo(rows)
+    fus, base = latency(exp, full_defense, test_clean[:a.latency_queries] or calib[:a.latency_queries])
+    f50, f95 = percentiles(fus)
+    b50, b95 = percentiles(base)
+    lat = (f"warm latency per query at depth 50 (n={len(fus)}): fusion p50 {f50:.1f} ms, p95 {f95:.1f} ms; "
+           f"RSQ alone p50 {b50:.1f} ms, p95 {b95:.1f} ms; ratio p50 {f50 / b50:.2f}×, p95 {f95 / b95:.2f}×")
+    print(f"\nAblation (poison-in-context, Wilson 95 % CI; n per family = {a.limit})\n" + ablation)
+    print("\nLeave-one-family-out\n" + lofo)
+    print("\n" + lat)
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fusion_bench.md").write_text(
+            f"# Fusion bench\n\nCommand: `sieve bench fusion {' '.join(sys.argv[1:])}`\n\n"
+            f"## Ablation\n\n{ablation}\n\n## Leave-one-family-out\n\n{lofo}\n\n## Latency\n\n{lat}\n",
+            encoding="utf-8")
+        (out / "fusion_bench.json").write_text(json.dumps({
+            "args": vars(a),
+            "clean": {k: {"removed": v.k, "n": v.n} for k, v in cleans.items()},
+            "families": {k: {f: {"poison_in_context": r.k, "n": r.n} for f, r in v.items()} for k, v in results.items()},
+            "lofo": [{"family": r.family, "chosen": r.chosen, "k": r.result.k, "n": r.result.n} for r in rows],
+            "latency_ms": {"fusion": fus, "rsq": base},
+        }, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
