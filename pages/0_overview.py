@@ -1,4 +1,5 @@
 """Overview: what Sieve does and the headline numbers of the shipped demo run (loads in seconds)."""
+import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import session as S
@@ -39,12 +40,21 @@ with state.page_guard("Overview"):
         st.info("No evaluation run to show yet: " + state.friendly(e) + ". Create one with "
                    "`sieve eval demo_data --out demo_data/runs/demo`, or choose a run directory on *Trade-offs*.")
     else:
-        import pandas as pd
-
         df = pd.DataFrame(run.summary.get("results", []))
         cols = [c for c in ("defense", "attack", "queries", "poison_in_context_rate", "poison_removal_rate",
                             "clean_removal_rate", "auroc", "asr", "clean_acc", "latency_ms_p50") if c in df.columns]
         st.caption(f"{md(run.path)} — {len(run.records)} records, defenses: {md(', '.join(run.defenses))}")
-        st.dataframe(df[cols], hide_index=True, width="stretch")
+        from sieve.dashboard.runs import METRIC_HELP
+
+        st.dataframe(df[cols], hide_index=True, width="stretch",
+                     column_config={c: st.column_config.Column(c, help=METRIC_HELP.get(c, "")) for c in cols})
+    with st.expander("About the methods"):
+        from sieve.dashboard.glossary import methods_table
+
+        st.markdown("Each defense follows a published method; the paper and the section of the project's "
+                    "algorithm notes (`docs/algorithms.md` in the repository) that describe it are listed "
+                    "here. Attack families are described on the *Attack lab* page.")
+        st.dataframe(pd.DataFrame(methods_table()), hide_index=True, width="stretch",
+                     column_config={"what it does": st.column_config.TextColumn(width="large")})
     st.caption("Models load on first use of a page that needs them (a spinner shows progress); "
                "afterwards they stay in memory for the whole session.")
