@@ -1,19 +1,24 @@
 """``sieve serve``: run the HTTP service (sieve/service/, docs/service.md) under uvicorn.
 
+The command checks its options and then execs ``python -m sieve.service`` (sieve/service/__main__.py):
+the service is a separate face, started as a program, not imported by the CLI.
+
 The dataset's corpus snapshot and the models are loaded once at start (and the ``--preload``
 defenses prepared: built, fitted, calibrated on clean queries), so that no request loads or
 downloads a model. Binds 127.0.0.1 unless told otherwise; ``SIEVE_API_TOKEN`` turns on bearer auth.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
-from sieve.cli.common import CONFIG_HELP, DATASET_HELP, RETRIEVER_HELP, default_ledger, load_config, load_dataset, open_experiment, split_list
+from sieve.cli.common import CONFIG_HELP, DATASET_HELP, RETRIEVER_HELP
 
 
 @app.command("serve")
@@ -48,12 +53,6 @@ def serve_command(
     the same defenses, decisions and quarantine ledger as the CLI and the dashboard. The OpenAPI
     schema is at /docs and /openapi.json.
     """
-    try:
-        import uvicorn
-
-        from sieve.service import Limits, ServiceState, create_app
-    except ModuleNotFoundError as e:
-        raise UserError(f"sieve serve needs the 'serve' extra ({e.name} is missing): pip install 'sieve-rag[serve]'") from None
     from sieve.ledger import EXCLUSION_POLICIES
 
     if quarantine not in EXCLUSION_POLICIES:
@@ -62,23 +61,19 @@ def serve_command(
                     ("--max-body-bytes", max_body_bytes), ("--port", port)):
         if v < 1:
             raise UserError(f"{name} must be >= 1, got {v}")
-    cfg = load_config(config_file, retriever)
-    ds = load_dataset(dataset_dir)
-    ledger = default_ledger(cfg, ledger_path)
-    exp = open_experiment(ds, cfg, ledger_path=ledger, quarantine=quarantine)
-    token = os.environ.get(token_env) or None
-    state = ServiceState.build(exp, ledger_path=ledger, quarantine=quarantine, token=token, clean_limit=clean_limit,
-                               limits=Limits(max_body_bytes=max_body_bytes, max_documents=max_documents,
-                                             max_text_chars=max_text_chars))
-    specs = split_list(preload) or []
-    typer.echo(f"loading models and preparing {', '.join(specs) or 'no defenses'} on {ds.name} "
-               f"({len(ds.documents)} documents)…", err=True)
-    try:
-        state.warm(specs)
-    except ValueError as e:
-        raise UserError(f"--preload: {e}") from None
-    if host not in ("127.0.0.1", "localhost", "::1") and not token:
-        typer.secho(f"warning: listening on {host} without a bearer token (set {token_env})", fg=typer.colors.YELLOW,
-                    err=True)
-    typer.echo(f"sieve serve: http://{host}:{port}  (ledger {ledger}; auth {'on' if token else 'off'})", err=True)
-    uvicorn.run(create_app(state), host=host, port=port, log_level=log_level)
+    if not dataset_dir.exists():
+        raise UserError(f"{dataset_dir}: no such dataset directory or file")
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        raise UserError("sieve serve needs the 'serve' extra: pip install 'sieve-rag[serve]'")
+    argv = [sys.executable, "-m", "sieve.service", str(dataset_dir), "--host", host, "--port", str(port),
+            "--preload", preload, "--quarantine", quarantine, "--max-documents", str(max_documents),
+            "--max-text-chars", str(max_text_chars), "--max-body-bytes", str(max_body_bytes),
+            "--token-env", token_env, "--log-level", log_level]
+    for flag, value in (("--ledger", ledger_path), ("--clean-limit", clean_limit), ("--retriever", retriever),
+                        ("--config", config_file)):
+        if value is not None:
+            argv += [flag, str(value)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the service is its own program (sieve/service/__main__.py): the CLI face starts it, never imports it
+    os.execv(sys.executable, argv)

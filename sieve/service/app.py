@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from sieve.service import schemas as S
+import sieve.service.schemas as S
 from sieve.service.auth import bearer_guard
 from sieve.service.limits import BodySizeLimit, Limits, limit_error
 from sieve.service.metrics import Metrics, MetricsMiddleware
