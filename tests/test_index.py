@@ -443,7 +443,8 @@ def test_shipped_pack_seeds_the_cache_and_is_rejected_when_stale(tmp_path, tiny_
                      causal_lm=lm2, token_encoder=tiny_token_encoder, llm=None, cache=ArtifactCache.in_memory())
     rep = seed_from_pack(ds, res2)
     assert rep["status"] == "partial" and "is not the configured lm model tiny-unigram-2" in rep["reason"]
-    assert {s.kind for s in res2.cache.stats()} == {"embedding"}
+    assert {s.kind for s in res2.cache.stats()} == {"embedding", "_shipped_pack"}   # final: not retried
+    assert seed_from_pack(ds, res2)["status"] == "already"
 
     # same-size damage to a pack file → that file is rejected by its checksum
     f = out / next(x["file"] for x in manifest["files"] if x["role"] == "lm")

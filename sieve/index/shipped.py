@@ -139,13 +139,13 @@ def seed_from_pack(dataset: "Dataset", resources: Any, directory: str | Path | N
     marker = f"{digest}:{want['judge']}:{want['lm']}"
     if cache.get_many(SEEDED_KIND, "pack", [content_hash(marker)]):
         return {"status": "already", "reason": "seeded before", "rows": 0}
-    rows, skipped = 0, []
+    rows, skipped, other_model = 0, [], []
     for f in files:
         try:
             path = d / str(f["file"])
-            if want.get(str(f.get("role"))) != f.get("model_id"):
-                skipped.append(f"{f['file']}: model id {f.get('model_id')} is not the configured "
-                               f"{f.get('role')} model {want.get(str(f.get('role')))}")
+            if want.get(str(f.get("role"))) != f.get("model_id"):   # another configured model: not an error
+                other_model.append(f"{f['file']}: model id {f.get('model_id')} is not the configured "
+                                   f"{f.get('role')} model {want.get(str(f.get('role')))}")
                 continue
             if file_sha256(path) != f.get("sha256"):
                 skipped.append(f"{f['file']} fails its checksum")
@@ -163,9 +163,12 @@ def seed_from_pack(dataset: "Dataset", resources: Any, directory: str | Path | N
         rows += len(todo)
     for why in skipped:
         log.warning("shipped artifact pack %s: %s; those artifacts are computed on demand", d, why)
-    if not skipped:
+    for why in other_model:
+        log.info("shipped artifact pack %s: %s; skipped", d, why)
+    if not skipped:   # damaged files are retried next time; a model mismatch is final for this marker
         cache.put_keys(SEEDED_KIND, "pack", [content_hash(marker)], [np.zeros(1, np.float32)])
-    return {"status": "seeded" if not skipped else "partial", "reason": "; ".join(skipped) or "ok", "rows": rows}
+    reasons = skipped + other_model
+    return {"status": "seeded" if not reasons else "partial", "reason": "; ".join(reasons) or "ok", "rows": rows}
 
 
 def _reject(d: Path, why: str) -> dict[str, Any]:
