@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from sieve.dashboard import figures as F
+from sieve.dashboard import alerts as A
 from sieve.dashboard import explorer as E
 from sieve.dashboard import session as S
 from sieve.dashboard import state
@@ -133,7 +134,10 @@ with state.page_guard("Query explorer"):
                f"({md(', '.join(f'{k} {v:.0f}' for k, v in result.timings_ms.items() if k != 'total'))})")
     shown = [n for n in result.results if n != "none"]
     table = result.table(20)
-    cols = ["rank", "id", "poison", "retriever score"] + [c for n in shown for c in (n, f"{n} margin")] + ["text"]
+    ledger_state = A.ledger_states(state.ledger())
+    table["quarantine ledger"] = [A.LEDGER_WORDING.get(ledger_state.get(i, ""), "") for i in table["id"]]
+    cols = ["rank", "id", "poison", "retriever score", "quarantine ledger"] + \
+        [c for n in shown for c in (n, f"{n} margin")] + ["text"]
     cols = [c for c in cols if c in table.columns]
     st.dataframe(table[cols], hide_index=True, width="stretch", height=420,
                  column_config={c: st.column_config.Column(c, help=h)

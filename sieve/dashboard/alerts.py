@@ -128,3 +128,17 @@ def alerts_csv(ledger: Any, **filters: Any) -> bytes:
         path = Path(tmp) / "alerts.csv"
         ledger.export_csv(path, **filters)
         return path.read_bytes()
+
+
+#: One wording per ledger state, used wherever a page shows what the ledger does to a document.
+LEDGER_WORDING = {"open": "excluded (open alert)", "confirmed": "excluded (confirmed poison)",
+                  "dismissed": "restored (dismissed as a false alarm)", "rolled_back": "restored (quarantine rolled back)"}
+
+
+def ledger_states(ledger: Any) -> dict[str, str]:
+    """Document id → the state of its most recently updated alert."""
+    out: dict[str, tuple[float, str]] = {}
+    for a in ledger.alerts():
+        if a.doc_id not in out or a.updated_at >= out[a.doc_id][0]:
+            out[a.doc_id] = (a.updated_at, a.state)
+    return {k: v[1] for k, v in out.items()}

@@ -13,6 +13,10 @@ RANKING_HELP: dict[str, str] = {
     "retriever score": "Cosine similarity between the query and the passage in the retriever's space (−1–1); the "
                        "ranking is by this score. Poisons are written to score high.",
     "text": "The first characters of the passage (shown as plain text).",
+    "quarantine ledger": "The analyst's ledger state of this document, in the same words on every page: excluded "
+                         "(open alert), excluded (confirmed poison), restored (dismissed as a false alarm), restored "
+                         "(quarantine rolled back). A defense's own column can still remove a restored document — "
+                         "that is the defense's verdict on this query, not the ledger.",
 }
 
 DECISION_HELP = ("The defense's verdict on this passage: kept, removed (with the layer that removed it), "

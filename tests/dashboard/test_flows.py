@@ -180,3 +180,30 @@ def test_attack_lab_class_mode_custom_target_and_contexts(dash_env):
     # clean index, poisoned undefended, poisoned + tris_l2: the tiny reader repeats the top passage
     assert verdicts[1] == "attack succeeded (asserts the target answer)", verdicts
     assert not verdicts[2].startswith("attack succeeded"), verdicts
+
+
+# ---- Explorer: quarantine visible outside collapsed boxes, one wording per ledger state --------------
+def test_explorer_shows_quarantine_and_ledger_state(fresh_ledger):
+    _audited_alerts(fresh_ledger)             # open alerts for the two mixed-script poisons (chess:1, whales:2)
+    at = AppTest.from_file(page("2_explorer.py"), default_timeout=TIMEOUT).run()
+    at.selectbox(key="x_condition").set_value("pr_b").run()
+    chess = next(i for i, lab in enumerate(at.selectbox(key="q_pick").options) if "q-chess" in lab)
+    at.selectbox(key="q_pick").set_value(chess).run()
+    no_error(at)
+    banner = [w.value for w in at.warning if "Quarantine is active" in w.value]
+    assert banner and "(/alerts)" in banner[0], "the quarantine notice is a visible warning with a link"
+    table = at.dataframe[0].value
+    assert "attack:pr_b:q-chess:1" not in set(table["id"]), "the open alert keeps the poison out of retrieval"
+    from sieve.ledger import Ledger
+
+    with Ledger(fresh_ledger) as led:
+        a = next(x for x in led.alerts() if x.doc_id == "attack:pr_b:q-chess:1")
+        led.transition(a.alert_id, "confirmed", "t", "poison")
+        led.transition(a.alert_id, "rolled_back", "t", "restored for the test")
+    at = AppTest.from_file(page("2_explorer.py"), default_timeout=TIMEOUT).run()
+    at.selectbox(key="x_condition").set_value("pr_b").run()
+    at.selectbox(key="q_pick").set_value(chess).run()
+    no_error(at)
+    table = at.dataframe[0].value
+    row = table[table["id"] == "attack:pr_b:q-chess:1"]
+    assert len(row) == 1 and row["quarantine ledger"].iloc[0] == "restored (quarantine rolled back)"
