@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--volume", type=int, default=None, help="poisons per target (default 5; 1 for single-poison families)")
     ap.add_argument("--pr-w-iterations", type=int, default=2, help="HotFlip iterations (paper 30)")
     ap.add_argument("--pr-w-candidates", type=int, default=8, help="HotFlip candidates per flip (paper 100)")
-    ap.add_argument("--judge-aware-iterations", type=int, default=4, help="judge_aware HotFlip iterations")
+    ap.add_argument("--judge-aware-iterations", type=int, default=2, help="judge_aware HotFlip iterations")
     ap.add_argument("--judge-aware-candidates", type=int, default=8, help="judge_aware candidates per flip")
     ap.add_argument("--limit", type=int, default=None, help="only the first N targets (for a quick look; use --out)")
     ap.add_argument("--out", type=Path, default=None, help="attacks file to merge into (default <data>/attacks.jsonl)")
