@@ -49,9 +49,7 @@ def serve_command(
 ) -> None:
     """Serve Sieve over HTTP: POST /v1/filter, POST /v1/audit, /v1/alerts, GET /healthz, GET /metrics.
 
-    Filters the documents another RAG stack retrieved (LangChain, LlamaIndex or any HTTP client) with
-    the same defenses, decisions and quarantine ledger as the CLI and the dashboard. The OpenAPI
-    schema is at /docs and /openapi.json.
+    Filters the documents another RAG stack retrieved (LangChain, LlamaIndex or any HTTP client) with the same defenses, decisions and quarantine ledger as the CLI and the dashboard. Models load once at start; requests never download anything. The OpenAPI schema is at /docs and /openapi.json; see docs/service.md.
     """
     from sieve.ledger import EXCLUSION_POLICIES
 
