@@ -86,12 +86,14 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "SIEVE_API_TOKEN"}
     print(f"starting sieve serve on 127.0.0.1:{port} ({'tiny' if args.tiny else 'packaged'} models)…", flush=True)
     t_start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(tmp / "server.log", "w+")  # a file, not a pipe: progress bars must never block the server
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         while True:
             if proc.poll() is not None:
-                sys.exit(f"sieve serve exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                log.seek(0)
+                sys.exit(f"sieve serve exited {proc.returncode}: {log.read()[-2000:]}")
             try:
                 if httpx.get(url + "/healthz", timeout=2).status_code == 200:
                     break

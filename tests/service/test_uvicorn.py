@@ -31,13 +31,15 @@ def server(tmp_path_factory):
     cmd = [sys.executable, "-c", "from sieve.cli import app; app()", "serve", str(ROOT / "demo_data"),
            "--retriever", "tiny-hashing", "--port", str(port), "--ledger", str(tmp / "ledger.sqlite"),
            "--clean-limit", "10", "--preload", "rsq", "--max-documents", "40"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = open(tmp / "server.log", "w+")  # a file, not a pipe nobody reads: output must never block the server
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     try:
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"sieve serve exited {proc.returncode}: {proc.stdout.read()[-2000:]}")
+                log.seek(0)
+                pytest.fail(f"sieve serve exited {proc.returncode}: {log.read()[-2000:]}")
             try:
                 if httpx.get(url + "/healthz", timeout=2).status_code == 200:
                     break
