@@ -160,7 +160,9 @@ def _experiment(key: str, _ds: "Dataset", _res: "Resources") -> "Experiment":
 def experiment() -> "Experiment":
     """The active dataset's experiment (snapshots, ranking, quarantine), once per dataset and process."""
     ds = dataset()
-    return _experiment(_ds_key(ds), ds, resources())
+    res = resources()
+    # the ledger path is part of the key: the experiment reads its quarantine exclusions from that file
+    return _experiment(_ds_key(ds) + "|" + str(S.ledger_path(None if S.tiny_mode() else res)), ds, res)
 
 
 def index() -> "VectorIndex":
