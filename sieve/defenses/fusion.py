@@ -18,7 +18,8 @@ Evidence per document (each oriented "higher = more suspicious"):
 
 Calibration (:meth:`Fusion.calibrate`) reads clean rankings only: the evidence of every document of
 the clean generation contexts forms, per evidence, an empirical null distribution; a document's
-p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). Two combinations — Fisher's −2 Σ ln p_e (many weak
+p-value is p_e = (1 + #{clean ≥ x}) / (1 + n) (for the calibration documents themselves: leave-one-out,
+so they are scored as a new document would be). Two combinations — Fisher's −2 Σ ln p_e (many weak
 signals) and −ln min p_e (one strong signal) — are each turned into an empirical p-value against the
 same clean documents, and the score is −ln min(P_fisher, P_min) (an omnibus of the two). The removal
 threshold is the budget rule of :mod:`sieve.defenses.budget` (docs/algorithms.md §9.2) on the clean
@@ -56,10 +57,14 @@ EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender
 REASON_P = 0.05
 
 
-def empirical_p(null_sorted: np.ndarray, x: float) -> float:
-    """(1 + #{null ≥ x}) / (1 + n) for an ascending ``null_sorted``."""
+def empirical_p(null_sorted: np.ndarray, x: float, member: bool = False) -> float:
+    """(1 + #{null ≥ x}) / (1 + n) for an ascending ``null_sorted``. ``member=True``: ``x`` is itself
+    one of the null values and is left out, (1 + #{others ≥ x}) / n — without this the calibration
+    documents get larger p-values than new documents and the threshold is too low."""
     n = int(null_sorted.size)
     ge = n - int(np.searchsorted(null_sorted, x, side="left"))
+    if member:
+        return max(ge, 1) / max(n, 1)
     return (1.0 + ge) / (1.0 + n)
 
 
@@ -182,18 +187,18 @@ class Fusion(Defense):
         return out
 
     # -- scoring ----------------------------------------------------------------------------------
-    def _pvalues(self, values: dict[str, float]) -> dict[str, float]:
+    def _pvalues(self, values: dict[str, float], member: bool = False) -> dict[str, float]:
         null = getattr(self, "null_", None) or {}
-        return {e: empirical_p(null[e], float(v)) for e, v in values.items()
+        return {e: empirical_p(null[e], float(v), member) for e, v in values.items()
                 if e in null and isinstance(v, (int, float)) and null[e].size}
 
-    def _score(self, values: dict[str, float]) -> tuple[float | None, dict[str, float]]:
-        ps = self._pvalues(values)
+    def _score(self, values: dict[str, float], member: bool = False) -> tuple[float | None, dict[str, float]]:
+        ps = self._pvalues(values, member)
         if not ps:
             return None, ps
         f, m = fisher_stat(list(ps.values())), minp_stat(list(ps.values()))
-        pf = empirical_p(self.fisher_null_, f)
-        pm = empirical_p(self.minp_null_, m)
+        pf = empirical_p(self.fisher_null_, f, member)
+        pm = empirical_p(self.minp_null_, m, member)
         return float(-math.log(min(pf, pm))), ps
 
     def _rounds(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, thr: float | None,
@@ -246,10 +251,10 @@ class Fusion(Defense):
         self.null_ = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64))
                       for e in self.evidence}
         self.null_ = {e: v for e, v in self.null_.items() if v.size}
-        per = [self._pvalues(row) for row in rows]
+        per = [self._pvalues(row, member=True) for row in rows]   # leave-one-out: as for a new document
         self.fisher_null_ = np.sort(np.asarray([fisher_stat(list(p.values())) for p in per if p]))
         self.minp_null_ = np.sort(np.asarray([minp_stat(list(p.values())) for p in per if p]))
-        scores = [s for s in (self._score(row)[0] for row in rows) if s is not None]
+        scores = [s for s in (self._score(row, member=True)[0] for row in rows) if s is not None]
         self.clean_scores_ = scores
         self.threshold_ = removal_threshold(scores, clean_budget)
         self.set_params(threshold=self.threshold_)

@@ -98,3 +98,11 @@ def test_unknown_evidence_is_an_error():
 def test_inspect_before_calibration_says_how_to_calibrate():
     with pytest.raises(ValueError, match="not calibrated"):
         Fusion(evidence=("l2",)).inspect(_attacked(), resources_with(), 5)
+
+
+def test_calibration_documents_get_leave_one_out_p_values():
+    null = np.sort(np.array([0.1, 0.2, 0.3, 0.9]))
+    # a new document above every clean value: 1/5; the clean maximum itself, left out: 1/4 (not 2/5)
+    assert empirical_p(null, 1.0) == pytest.approx(1 / 5)
+    assert empirical_p(null, 0.9, member=True) == pytest.approx(1 / 4)
+    assert empirical_p(null, 0.1, member=True) == pytest.approx(4 / 4)
