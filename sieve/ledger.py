@@ -1,5 +1,8 @@
 """Quarantine ledger: corpus-time flags (RSG, or any detector) awaiting analyst review.
 
+Size: about 500 lines — the schema, the state machine, integrity checking/quarantine of a damaged
+file and CSV export are one SQLite store and belong together.
+
 docs/design.md "Product decisions": quarantine is never deletion. Each flag is one row with the
 document id and content hash, the corpus id/hash and index version it was computed on, the
 detector, score, threshold, evidence (JSON) and reason. An analyst moves it through
