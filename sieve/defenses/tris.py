@@ -252,7 +252,10 @@ class TRIS(Defense):
                          l3_confidence_threshold=l3_confidence_threshold, l3_delta_threshold=l3_delta_threshold,
                          context_mode=context_mode, l3_scope=l3_scope, l3_calibration_queries=l3_calibration_queries)
 
-    threshold_param = "l3_delta_threshold"
+    @property  # type: ignore[override]
+    def threshold_param(self) -> str | None:  # noqa: D401
+        """``l3_delta_threshold`` when L3 can run (``l3_mode`` not ``off``); ``None`` for tris_l1/tris_l2."""
+        return None if self.l3_mode == "off" else "l3_delta_threshold"
 
     # -- L3 calibration ------------------------------------------------------------------------
     def l3_delta(self) -> float:
