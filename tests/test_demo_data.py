@@ -59,10 +59,8 @@ def test_qrels_point_at_existing_passages_that_contain_an_answer(demo):
 #: Poisons per query in the shipped records: one for the single-poison families (docs/algorithms.md
 #: §7.5–§7.7, scripts/build_demo_attacks.py SHIPPED_VOLUME), five for every other family.
 SINGLE_POISON = {"single_trigger", "single_fluent", "near_duplicate"}
-#: Registered but not yet shipped: the judge_aware demo build (python scripts/build_demo_attacks.py
-#: --families judge_aware, 20–80 s/target on the shared 2 cores) did not finish before the issue-16
-#: stop. Build it, then empty this set.
-NOT_YET_SHIPPED = {"judge_aware"}
+#: Registered families missing from the shipped demo data (none).
+NOT_YET_SHIPPED: set[str] = set()
 
 
 def test_shipped_attack_sets_cover_every_family(demo):
