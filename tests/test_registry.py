@@ -6,8 +6,9 @@ import pytest
 from sieve.registry import ATTACKS, DEFENSES, RESOURCE_ROLES, Registry
 
 DEFENSE_NAMES = {"none", "tris", "tris_l1", "tris_l2", "tris_l3", "tris_full", "trustrag", "robustrag",
-                 "perplexity", "rsq", "rsq_rescore", "rsg", "rsg_rsq", "answer_consistency", "fusion"}
-ATTACK_NAMES = {"pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top"}
+                 "perplexity", "rsq", "rsq_rescore", "rsg", "rsg_rsq", "answer_consistency", "fusion", "ragdefender"}
+ATTACK_NAMES = {"pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script", "forced_top",
+                "single_trigger", "single_fluent", "near_duplicate", "judge_aware"}
 
 
 def test_registries_discover_every_module_of_their_package():
@@ -59,11 +60,11 @@ def test_unknown_name_error_lists_known_names():
 def test_create_rejects_unknown_parameters_by_name():
     with pytest.raises(ValueError) as ei:
         DEFENSES.create("rsq", threshold=1.37)      # the calibration-YAML typo of issue 10
-    assert str(ei.value) == "rsq: unknown parameter 'threshold'; valid parameters: eta_q, refill, max_rounds, trace_tokens"
+    assert str(ei.value) == "rsq: unknown parameter 'threshold'; valid parameters: eta_q, refill, max_rounds, trace_tokens, inline_traces"
     with pytest.raises(ValueError, match="pr_b: unknown parameter 'iterations'"):
         ATTACKS.create("pr_b", iterations=3)
     assert DEFENSES.create("rsq_rescore", max_rounds=2).get_params() == {
-        "eta_q": 1.0, "refill": "rescore", "max_rounds": 2, "trace_tokens": True}
+        "eta_q": 1.0, "refill": "rescore", "max_rounds": 2, "trace_tokens": True, "inline_traces": False}
 
 
 def test_decorator_takes_metadata_from_the_class_and_checks_it():
