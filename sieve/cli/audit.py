@@ -67,6 +67,13 @@ def audit_command(
         families = ds.attack_families()
         raise UserError(f"{ds.path}: unknown attack family {with_attack!r}; "
                         f"available: {', '.join(families) or 'none (no attacks.jsonl)'}")
+    if not no_ledger:
+        # check the ledger before the audit: a corrupt ledger is reported (and moved aside) in seconds,
+        # not after a long audit whose flags could then not be recorded
+        from sieve.ledger import Ledger
+
+        with Ledger(default_ledger(cfg, ledger_path)):
+            pass
     exp = open_experiment(ds, cfg)
     condition = with_attack or "clean"
     report = run_audit(exp, condition, mode=mode, progress=True, engine=engine, ray_address=ray_address)

@@ -166,3 +166,12 @@ def test_ledger_with_a_damaged_header_is_quarantined(tmp_path):
     p.write_bytes(bytes(raw))
     err = one_line_error(sieve("ledger", "list", "--ledger", p))
     assert "is corrupt" in err and not p.exists()
+
+
+def test_audit_checks_the_ledger_before_auditing(ds, tmp_path):
+    p = _ledger_with_alerts(tmp_path / "audit-ledger.sqlite")
+    _same_size_damage(p)
+    out = tmp_path / "audit-out"
+    err = one_line_error(sieve("audit", ds, "--ledger", p, "--out", out, *TINY))
+    assert "is corrupt" in err and "moved to" in err
+    assert not out.exists()                              # refused before any audit work or report
