@@ -174,3 +174,14 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     with atomic_open(path, "wb") as fh:
         fh.write(data)
     return Path(path)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 (hex) of a file's bytes, read in 4 MiB chunks (artifact checksums in manifests)."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            sha.update(chunk)
+    return sha.hexdigest()

@@ -3,32 +3,24 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from sieve.safe_io import atomic_open
 from sieve.types import AttackRecord
 
 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> int:
-    """Write ``rows`` as JSON lines atomically (temp file + rename). Returns the number of rows."""
+    """Write ``rows`` as JSON lines atomically (temp file + rename, :func:`sieve.safe_io.atomic_open`).
+    Returns the number of rows."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     n = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False))
-                f.write("\n")
-                n += 1
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_open(p, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False))
+            f.write("\n")
+            n += 1
     return n
 
 

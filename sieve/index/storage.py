@@ -22,6 +22,7 @@ import numpy as np
 
 from sieve.corpus.hashing import corpus_hash
 from sieve.types import Document
+from sieve.safe_io import file_sha256  # noqa: F401  (one checksum function; re-exported)
 
 if TYPE_CHECKING:
     from sieve.models.protocols import Embedder
@@ -32,16 +33,6 @@ MANIFEST_FORMAT = 2
 """2: the manifest has ``sha256`` per file (1: sizes and shapes only)."""
 CHECKED_FILES = ("vectors.f16.npy", "ids.json")
 """Files whose checksum :func:`read_workspace` verifies (``index.faiss``: :func:`read_faiss`)."""
-
-
-def file_sha256(path: Path) -> str:
-    import hashlib
-
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            sha.update(chunk)
-    return sha.hexdigest()
 
 
 def safe_name(s: str) -> str:

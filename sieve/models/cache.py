@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from sieve.models.errors import ModelError
+from sieve.safe_io import file_sha256  # noqa: F401  (one checksum function; re-exported)
 
 MANIFEST = ".sieve-cache.json"
 ALWAYS_HASH_BYTES = 32 * 2**20
@@ -90,14 +91,6 @@ def cache_problem(entry: Path, expected_sizes: dict[str, int] | None = None,
     if restamp:   # verified weights: remember their stamp so the next load skips the full read
         _write_json_atomic(mf, {**manifest, "stamps": stamps})
     return None
-
-
-def file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            sha.update(chunk)
-    return sha.hexdigest()
 
 
 def _stamps_and_sums(entry: Path, files: dict) -> tuple[dict[str, str], dict[str, list[int]]]:
