@@ -60,9 +60,14 @@ def config_checksum(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
 
+#: Key written inside every checksummed run config, so that losing the checksum key is itself detected.
+CHECKSUM_MARKER = "checksummed"
+
+
 def write_run_config(path: Path, cfg: dict[str, Any]) -> None:
     """Write a run's ``config.json`` atomically with its checksum (verified by :func:`read_run_config`)."""
     body = {k: v for k, v in jsonable(cfg).items() if k != CHECKSUM_KEY}
+    body[CHECKSUM_MARKER] = 1   # inside the checksummed body: a damaged checksum key cannot pass as an old run
     write_json_atomic(path, {**body, CHECKSUM_KEY: config_checksum(body)})
 
 
@@ -96,6 +101,9 @@ def read_run_config(path: Path) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise RunError(f"{path}: run config must be a JSON object; damaged — rerun with --force or use a new --out")
     want = obj.get(CHECKSUM_KEY)
+    if want is None and CHECKSUM_MARKER in obj:
+        raise RunError(f"{path}: run config checksum is missing (the file was damaged or edited); "
+                       "rerun with --force or use a new --out")
     if want is not None and want != config_checksum(obj):
         raise RunError(f"{path}: run config checksum mismatch (the file was damaged or edited); "
                        "rerun with --force or use a new --out")

@@ -175,3 +175,18 @@ def test_audit_checks_the_ledger_before_auditing(ds, tmp_path):
     err = one_line_error(sieve("audit", ds, "--ledger", p, "--out", out, *TINY))
     assert "is corrupt" in err and "moved to" in err
     assert not out.exists()                              # refused before any audit work or report
+
+
+def test_a_damaged_checksum_key_is_not_read_as_an_old_unchecked_run(tmp_path):
+    # found by the hypothesis property test: one byte in the key name ("sha256" -> " ha256") used to make the
+    # damaged file look like a run written before checksums existed
+    p = tmp_path / "config.json"
+    write_run_config(p, {"k_ctx": 5, "depth": 50})
+    raw = p.read_text(encoding="utf-8")
+    assert raw.count('"sha256"') == 1
+    p.write_text(raw.replace('"sha256"', '" ha256"'), encoding="utf-8")
+    with pytest.raises(RunError, match="checksum is missing"):
+        read_run_config(p)
+    old = tmp_path / "old.json"                          # a run config from before checksums: still read
+    old.write_text(json.dumps({"k_ctx": 5}), encoding="utf-8")
+    assert read_run_config(old) == {"k_ctx": 5}
