@@ -13,6 +13,15 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+try:  # property tests: random exploration locally, a fixed reproducible sample in CI (a landing never flakes)
+    from hypothesis import settings as _hsettings
+
+    _hsettings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI"):
+        _hsettings.load_profile("ci")
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
+
 from sieve.config import SieveConfig  # noqa: E402
 from sieve.models.tiny import HashingEmbedder, HashingTokenEncoder, UnigramLM  # noqa: E402
 
