@@ -33,6 +33,7 @@ from sieve.attacks.base import (
     SkipTarget,
     load_targets,
     merge_attacks,
+    read_attack_lines,
     poison_id,
     validate_volume,
     write_attacks,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTACKS", "Attack", "AttackError", "AttackOutput", "SkipTarget", "MIN_VOLUME", "MAX_VOLUME",
-    "generate_attack", "load_targets", "write_attacks", "merge_attacks",
+    "generate_attack", "load_targets", "write_attacks", "merge_attacks", "read_attack_lines",
     "poison_id", "validate_volume", "force_top", "is_forced_top", "with_volume",
 ]
 

@@ -197,28 +197,57 @@ def write_attacks(path: str | os.PathLike[str], records: Sequence[AttackRecord])
     return write_jsonl(path, (attack_record_to_row(r) for r in records))
 
 
-def merge_attacks(path: str | os.PathLike[str], records: Sequence[AttackRecord], family: str) -> tuple[int, int]:
-    """Replace the lines of ``family`` in an existing attacks.jsonl by ``records`` and keep every other
-    family's lines in order; atomic (the file is untouched on error). Returns (kept, written)."""
+def read_attack_lines(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The lines of an existing attacks.jsonl (``[]`` if missing); anything malformed raises
+    :class:`AttackError` naming the file, line and field (nothing is merged into a broken file)."""
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise AttackError(f"{path}: not UTF-8 text; not merging") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise AttackError(f"{path}:{n}: invalid JSON ({e.msg}); not merging") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("attack"), str):
+            raise AttackError(f"{path}:{n}: field 'attack' missing or not a string; not merging")
+        rows.append(obj)
+    return rows
+
+
+def merge_attacks(path: str | os.PathLike[str], records: Sequence[AttackRecord],
+                  family: str) -> tuple[int, int, int]:
+    """Merge ``records`` of ``family`` into an attacks.jsonl atomically (the file is untouched on
+    error): a line of the same family and query id is replaced in place, new targets are appended,
+    every other line is kept in order — nothing is dropped (regenerating some targets of a family
+    keeps its other targets). Returns (kept, replaced, written)."""
     from sieve.corpus import attack_record_to_row, write_jsonl
 
-    path = Path(path)
-    kept: list[dict[str, Any]] = []
-    if path.exists():
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise AttackError(f"{path}:{n}: invalid JSON ({e.msg}); not merging") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("attack"), str):
-                raise AttackError(f"{path}:{n}: field 'attack' missing or not a string; not merging")
-            if obj["attack"] != family:
-                kept.append(obj)
+    rows = read_attack_lines(path)
     new = [attack_record_to_row(r) for r in records]
-    write_jsonl(path, kept + new)
-    return len(kept), len(new)
+    by_qid = {str(r["query_id"]): r for r in new}
+    out: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    kept = replaced = 0
+    for r in rows:
+        qid = str(r.get("query_id"))
+        if r.get("attack") == family and qid in by_qid:
+            replaced += 1
+            if qid not in placed:
+                out.append(by_qid[qid])
+                placed.add(qid)
+        else:
+            out.append(r)
+            kept += 1
+    out += [r for q, r in by_qid.items() if q not in placed]
+    write_jsonl(path, out)
+    return kept, replaced, len(new)
 
 
 def load_targets(dataset_dir: str | os.PathLike[str]) -> list[Target]:

@@ -7,9 +7,8 @@ line (other families, and this family's other targets, e.g. after ``--limit``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import typer
 
@@ -23,7 +22,8 @@ def attack_command(
     attack: str = typer.Option(..., "--attack", "-a", help="Registered attack name (see `sieve list`)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the family's attacks.jsonl lines here."),
     append_to: Optional[Path] = typer.Option(
-        None, "--append-to", help="Merge into this attacks.jsonl: replace this family's lines, keep the others."),
+        None, "--append-to", help="Merge into this attacks.jsonl: replace the lines of the regenerated targets, "
+                                  "keep every other line."),
     volume: int = typer.Option(5, "--volume", help="Poison documents per target (1-20; >5 repeats payloads)."),
     seed: int = typer.Option(0, "--seed", help="Random seed (results depend only on seed and query id)."),
     iterations: Optional[int] = typer.Option(None, "--iterations", help="pr_w: HotFlip iterations (paper 30)."),
@@ -81,7 +81,12 @@ def attack_command(
         write_attacks(out, output.records)
         typer.echo(f"wrote {len(output.records)} {attack} records ({len(output.documents)} documents) to {out}")
     if append_to is not None:
-        kept, replaced, written = merge_attack_lines(append_to, output.records, attack)
+        from sieve.attacks import merge_attacks
+
+        try:
+            kept, replaced, written = merge_attacks(append_to, output.records, attack)
+        except AttackError as e:
+            raise UserError(str(e)) from None
         typer.echo(f"merged {written} {attack} records into {append_to} (replaced {replaced} earlier lines of "
                    f"these targets, kept {kept} other lines)")
     for qid, reason in output.skipped:
@@ -100,25 +105,13 @@ def attack_command(
 
 
 def _read_attack_lines(path: Path) -> list[dict[str, Any]]:
-    """The lines of an existing attacks.jsonl (``[]`` if missing); a malformed line is a user error."""
-    rows: list[dict[str, Any]] = []
-    if not path.exists():
-        return rows
+    """:func:`sieve.attacks.read_attack_lines` with its error as a one-line user error."""
+    from sieve.attacks import AttackError, read_attack_lines
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text; not merging") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{n}: invalid JSON ({e.msg}); not merging") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("attack"), str):
-            raise UserError(f"{path}:{n}: field 'attack' missing or not a string; not merging")
-        rows.append(obj)
-    return rows
+        return read_attack_lines(path)
+    except AttackError as e:
+        raise UserError(str(e)) from None
 
 
 def _only_family(path: Path, family: str) -> bool:
@@ -128,30 +121,3 @@ def _only_family(path: Path, family: str) -> bool:
     except UserError:
         return False
     return all(r.get("attack") == family for r in rows)
-
-
-def merge_attack_lines(path: Path, records: Sequence[Any], family: str) -> tuple[int, int, int]:
-    """Merge ``records`` of ``family`` into ``path`` atomically: a line of the same family and query
-    id is replaced in place, new ones are appended, every other line is kept in order (nothing is
-    dropped). Returns (kept, replaced, written)."""
-    from sieve.corpus import attack_record_to_row, write_jsonl
-
-    rows = _read_attack_lines(path)
-    new = [attack_record_to_row(r) for r in records]
-    by_qid = {str(r["query_id"]): r for r in new}
-    out: list[dict[str, Any]] = []
-    placed: set[str] = set()
-    kept = replaced = 0
-    for r in rows:
-        qid = str(r.get("query_id"))
-        if r.get("attack") == family and qid in by_qid:
-            replaced += 1
-            if qid not in placed:
-                out.append(by_qid[qid])
-                placed.add(qid)
-        else:
-            out.append(r)
-            kept += 1
-    out += [r for q, r in by_qid.items() if q not in placed]
-    write_jsonl(path, out)
-    return kept, replaced, len(new)

@@ -128,7 +128,7 @@ def test_calibration_file_loads_or_is_a_config_error(text):
                          max_size=10),
        new=st.lists(st.sampled_from("abcdef"), max_size=5, unique=True))
 def test_append_merge_never_drops_a_record(existing, new):
-    from sieve.cli.attack import merge_attack_lines
+    from sieve.attacks import merge_attacks
     from sieve.types import AttackRecord, Document
 
     p = _tmp() / "attacks.jsonl"
@@ -136,7 +136,7 @@ def test_append_merge_never_drops_a_record(existing, new):
              "documents": [{"id": f"{fam}:{q}:{i}", "text": "x"}]} for i, (fam, q) in enumerate(existing)]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     recs = [AttackRecord(q, "?", (), "t", "pr_b", (Document(f"new:{q}", "y", poison=True),)) for q in new]
-    kept, replaced, written = merge_attack_lines(p, recs, "pr_b")
+    kept, replaced, written = merge_attacks(p, recs, "pr_b")
     after = [json.loads(ln) for ln in p.read_text(encoding="utf-8").splitlines()]
     others = [r for r in rows if not (r["attack"] == "pr_b" and r["query_id"] in new)]
     assert [r for r in after if r in others] == others                       # every other line kept, in order
