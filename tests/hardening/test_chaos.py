@@ -6,7 +6,6 @@ server (tests/hardening/hardening_helpers.py)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -22,10 +21,8 @@ def test_failing_endpoint_is_counted_printed_and_cut_off(ds, tmp_path, mode):
         cfg = tmp_path / "sieve.yaml"
         cfg.write_text(f"llm:\n  base_url: {server.url}\n  model: m\n  timeout_s: 1\n  retries: 2\n", encoding="utf-8")
         out = tmp_path / f"run-{mode}"
-        t0 = time.perf_counter()
         res = sieve("eval", ds, "--out", out, "-d", "none,tris_l3", "-a", "pr_b", "--limit", LIMIT, "--no-progress",
                     "--retriever", "tiny-hashing", "--config", cfg)
-        elapsed = time.perf_counter() - t0
     finally:
         server.close()
     assert res.exit_code == 0, res.output
@@ -46,8 +43,10 @@ def test_failing_endpoint_is_counted_printed_and_cut_off(ds, tmp_path, mode):
     assert "DEGRADED" in res.output and f"{LIMIT} LLM endpoint errors on {LIMIT}/{LIMIT} queries" in res.output
     expected = {"500": "HTTP 500", "malformed": "unreadable response", "stall": "timed out after 1 s"}[mode]
     assert expected in res.output
-    if mode == "stall":   # 3 timeouts of 1 s (+ backoff), not 3 × timeout per query
-        assert elapsed < 15, elapsed
+    if mode == "stall":
+        # the breaker bounds the cost by calls, not by a clock: 3 timed-out requests for the whole run
+        # (not 3 × timeout per query); how long that takes is for `sieve bench`, not a test
+        assert server.hits == 3 and health["short_circuited"] == 2 * LIMIT - 1
     # the records say which items were degraded
     recs = [json.loads(ln) for ln in (out / "records.jsonl").read_text(encoding="utf-8").splitlines()]
     assert {r["llm_errors"] for r in recs if r["defense"] == "tris_l3"} == {1}
