@@ -14,16 +14,15 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from _dashdata import ROOT, write_tiny_dataset, write_tiny_run
-from test_browser import CHROMEDRIVER, CHROMIUM, SHOTS, _free_port, _wait_health, _wait_rendered
+from _dashdata import write_tiny_dataset, write_tiny_run
+from _browser import CHROMEDRIVER, CHROMIUM, chrome, streamlit_app
+from test_browser import SHOTS, _wait_rendered
 
 pytestmark = [pytest.mark.browser]
 
@@ -101,41 +100,17 @@ def hostile_server(tmp_path_factory, trap):
         led.add_flags([Flag("attack:" + h["img"], "h1", 1.0, 0.5, {"branch": "topology"}, h["md"]),
                        Flag("coffee-" + h["md"], "h2", 1.0, 0.5, {"branch": "integrity"}, h["img"])],
                       detector="rsg", corpus_id=h["family"], corpus_hash="x", index_version="y")
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
     env.update(SIEVE_DASHBOARD_TINY="1", SIEVE_DASHBOARD_DATASET=str(ds), SIEVE_DASHBOARD_RUN=str(run),
                SIEVE_DASHBOARD_LEDGER=str(ledger))
-    log = open(tmp / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
-                             "--server.port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_health(url, proc)
+    with streamlit_app(env, tmp / "streamlit.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-              f"--user-data-dir={tmp_path_factory.mktemp('chrome-flows')}", "--window-size=1500,2200"):
-        opts.add_argument(a)
-    d = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    d.set_page_load_timeout(120)
-    yield d
-    d.quit()
+    with chrome(tmp_path_factory.mktemp("chrome-flows")) as d:
+        yield d
 
 
 def _shot(driver, name: str) -> None:
