@@ -185,19 +185,23 @@ class ArtifactCache:
             stored.append(_readonly(a.copy()))
         with self._lock:
             if rows:
-                conn = self._connection()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO artifacts (kind, model_id, key, data, nbytes, created) "
-                        "VALUES (?, ?, ?, ?, ?, ?)", rows)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                self._insert(rows)
             for text, arr in zip(texts, stored):
                 self._remember((kind, model_id, content_hash(text)), arr)
         return stored
+
+    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+        """Write artifact rows in one transaction (caller holds ``self._lock``)."""
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT OR REPLACE INTO artifacts (kind, model_id, key, data, nbytes, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)", rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def put_keys(self, kind: str, model_id: str, keys: Sequence[str], arrays: Sequence[np.ndarray]) -> None:
         """Store arrays under precomputed content-hash ``keys`` (shipped artifact packs,
@@ -210,16 +214,7 @@ class ArtifactCache:
             if self.path is not None and keys:
                 rows = [(kind, model_id, k, _to_blob(np.asarray(a)), int(np.asarray(a).nbytes), now)
                         for k, a in zip(keys, arrays)]
-                conn = self._connection()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO artifacts (kind, model_id, key, data, nbytes, created) "
-                        "VALUES (?, ?, ?, ?, ?, ?)", rows)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                self._insert(rows)
             for k, v in zip(keys, values):
                 self._remember((kind, model_id, k), v)
 
