@@ -9,7 +9,6 @@ from sieve.dashboard import figures as F
 from sieve.dashboard import explorer as E
 from sieve.dashboard import lab as L
 from sieve.dashboard import session as S
-from sieve.experiment import prepare_defense
 from sieve.dashboard import state
 from sieve.dashboard.safe import md, snippet
 from sieve.types import Target
@@ -158,15 +157,14 @@ with state.page_guard("Attack lab"):
         specs = st.multiselect("Defenses", [n for n in DEFENSES.names() if n != "none"],
                                default=[d for d in ("tris", "rsq", "rsg_rsq") if d in DEFENSES.names()], key="lab_defs")
     k_ctx = int(st.session_state["k_ctx"])
-    results = {"none": prepare_defense(exp, "none").apply(pois_r, res, k_ctx=k_ctx)}
+    results = {"none": S.prepare(exp, "none").apply(pois_r, res, k_ctx=k_ctx)}
     rows = []
     bar = st.progress(0.0, text="Preparing defenses…") if specs else None
     for j, spec in enumerate(specs):
         if bar is not None:
             bar.progress(j / len(specs), text=f"Preparing and applying {md(spec)} ({j + 1:d} of {len(specs):d})…")
         try:
-            d = prepare_defense(exp, spec, snapshot=sandbox, calibration=state.calibration(),
-                                clean_limit=S.DASHBOARD_CALIBRATION_QUERIES)
+            d = S.prepare(exp, spec, snapshot=sandbox, calibration=state.calibration())
             r = d.apply(pois_r, res, k_ctx=k_ctx)
         except Exception as e:  # noqa: BLE001
             st.warning(f"{md(spec)}: " + state.friendly(e))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from sieve.corpus import Dataset
     from sieve.defenses.base import Defense
-    from sieve.experiment import Experiment
+    from sieve.experiment import Experiment, Snapshot
     from sieve.resources import Resources
 
 
@@ -225,14 +225,17 @@ def make_experiment(ds: "Dataset", resources: "Resources", quarantine: str = "op
 DASHBOARD_CALIBRATION_QUERIES = 20
 
 
-def prepare(experiment: "Experiment", spec: str, condition: str, params: Mapping[str, Any] | None = None,
-            calibration: Mapping[str, Mapping[str, Any]] | None = None) -> "Defense":
-    """``spec`` prepared for ``condition`` through :func:`sieve.experiment.prepare_defense`: learned
-    thresholds from ``calibration`` (the demo run's), else calibrated on clean queries only."""
+def prepare(experiment: "Experiment", spec: str, condition: str = CLEAN, params: Mapping[str, Any] | None = None,
+            calibration: Mapping[str, Mapping[str, Any]] | None = None,
+            snapshot: "Snapshot | None" = None) -> "Defense":
+    """``spec`` prepared for ``condition`` (or a sandbox ``snapshot``, the attack lab's) through
+    :func:`sieve.experiment.prepare_defense`: learned thresholds from ``calibration`` (the demo
+    run's), else calibrated on clean queries only."""
     from sieve.experiment import prepare_defense
 
-    return prepare_defense(experiment, spec, condition=condition, params=params, calibration=calibration,
-                           clean_budget=CLEAN_BUDGET, clean_limit=DASHBOARD_CALIBRATION_QUERIES)
+    return prepare_defense(experiment, spec, condition=condition, snapshot=snapshot, params=params,
+                           calibration=calibration, clean_budget=CLEAN_BUDGET,
+                           clean_limit=DASHBOARD_CALIBRATION_QUERIES)
 
 
 def defense_catalog() -> "pd.DataFrame":
