@@ -313,7 +313,6 @@ class _RunState:
         self.k_ctx, self.clean_budget = k_ctx, clean_budget
         self.generator, self.done, self.cfg, self.cfg_path = generator, done, cfg, cfg_path
         self.learned: dict[str, dict[str, Any]] = {}
-        self._clean_rankings: dict[str, Ranking] = {}
 
     # -- snapshots and rankings ----------------------------------------------------------------
     def snapshot(self, condition: str, items: list[EvalItem]) -> "Snapshot":
@@ -331,13 +330,9 @@ class _RunState:
     def ranking(self, item: EvalItem) -> Ranking:
         if item.saved is not None:
             return item.saved
-        if item.condition == CLEAN and item.query_id in self._clean_rankings:
-            return self._clean_rankings[item.query_id]
-        r = self.exp.rank(item.query, condition=item.condition, query_id=item.query_id,
-                          correct_answers=item.correct_answers, target_answer=item.target_answer)
-        if item.condition == CLEAN:
-            self._clean_rankings[item.query_id] = r
-        return r
+        # clean rankings are cached by the experiment: calibration and evaluation share them
+        return self.exp.rank(item.query, condition=item.condition, query_id=item.query_id,
+                             correct_answers=item.correct_answers, target_answer=item.target_answer)
 
     # -- main loop ------------------------------------------------------------------------------
     def run(self, fh: Any, progress: bool) -> None:

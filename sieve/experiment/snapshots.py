@@ -97,7 +97,7 @@ class Experiment:
         self.progress = progress
         self._base: "VectorIndex | None" = None
         self._snapshots: dict[Any, Snapshot] = {}
-        self._clean: dict[tuple[str, int], Ranking] = {}
+        self._clean: dict[tuple[Any, ...], Ranking] = {}   # clean rankings, shared by calibration and evaluation
         #: Degradations the caller must show (e.g. a corrupt ledger: retrieval runs without exclusions).
         self.warnings: list[str] = []
 
@@ -217,8 +217,15 @@ class Experiment:
             correct = tuple(correct_answers)
         if target_answer is not None:
             target = target_answer
+        clean_key = (query, query_id, depth, correct, target, snap.excluded) if condition == CLEAN and not snap.sandbox \
+            else None
+        if clean_key is not None and clean_key in self._clean:
+            return self._clean[clean_key]
         ranking = snap.index.rank(query, depth, query_id=query_id, condition=condition, correct_answers=correct,
                                   target_answer=target, exclude=set(snap.excluded))
+        if clean_key is not None:
+            self._clean[clean_key] = ranking
+            return ranking
         from sieve.attacks.placement import apply_placement, force_top
 
         if not snap.sandbox:
@@ -240,11 +247,5 @@ class Experiment:
             saved = [r for r in ds.contexts if r.condition == CLEAN]
             return saved[:limit] if limit is not None else saved
         depth = self.depth if depth is None else int(depth)
-        out = []
-        for q in (ds.queries[:limit] if limit is not None else ds.queries):
-            key = (q.id, depth)
-            if key not in self._clean:
-                self._clean[key] = self.rank(q.text, condition=CLEAN, query_id=q.id, depth=depth,
-                                             correct_answers=tuple(q.answers) or None)
-            out.append(self._clean[key])
-        return out
+        return [self.rank(q.text, condition=CLEAN, query_id=q.id, depth=depth, correct_answers=tuple(q.answers) or None)
+                for q in (ds.queries[:limit] if limit is not None else ds.queries)]

@@ -123,3 +123,19 @@ def test_record_flags_is_idempotent(exp, tmp_path):
         n1, added1 = record_flags(report, led, "ds")
         n2, added2 = record_flags(report, led, "ds")
     assert n1 == n2 == len(report.flagged) and added1 == n1 and added2 == 0
+
+
+def test_clean_rankings_are_computed_once_and_follow_the_ledger(dataset, tmp_path):
+    ds = load_dataset(dataset)
+    ledger_path = tmp_path / "ledger.sqlite"
+    exp = Experiment(ds, tiny_resources(corpus_texts=[d.text for d in ds.documents]), depth=5,
+                     ledger_path=ledger_path, quarantine="open_and_confirmed")
+    first = exp.rank(QUERY)
+    assert exp.rank(QUERY) is first and exp.clean_rankings(1)[0] is exp.clean_rankings(1)[0]
+    with Ledger(ledger_path) as led:
+        from sieve.ledger import Flag
+
+        canberra = next(d for d in ds.documents if d.id == "canberra")
+        led.add_flags([Flag("canberra", canberra.hash, 1.0, 0.5, {}, "test flag")], detector="rsg")
+    again = exp.rank(QUERY)                                 # a new quarantine state is a new ranking
+    assert again is not first and "canberra" not in [d.id for d in again.documents]
