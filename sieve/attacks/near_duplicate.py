@@ -4,8 +4,9 @@
 The passage is a relevant passage of the query (the dataset's qrels, score > 0) that contains one of
 its correct answers; every occurrence of a correct answer (case-insensitive, whole words, longest
 alias first) is replaced by ``target_answer`` and nothing else changes. The poison therefore sits
-next to its source in every embedding space (cosine ≈ 0.99; the measured retriever cosine is recorded
-in each poison's ``cosine_to_source``), carries no trigger and no cluster of siblings.
+next to its source in every embedding space (the measured retriever cosine is recorded in each
+poison's ``cosine_to_source``: on the demo mean 0.963, minimum 0.857 — long or repeated answers move
+it further than the ≈ 0.99 of a one-word swap), carries no trigger and no cluster of siblings.
 
 Poison j copies the gold passage of cosine rank ``j mod n_gold`` (the attacker's closest copy first);
 the shipped demo records hold one poison per query (``scripts/build_demo_attacks.py``).
@@ -45,7 +46,7 @@ class NearDuplicateAttack(Attack):
     """Gold passage, answer span → target answer (§7.7). ``data``: the dataset directory (corpus + qrels)."""
 
     name = "near_duplicate"
-    summary = "A gold passage (qrels) with only the answer span replaced by the target answer (cosine ≈ 0.99)"
+    summary = "A gold passage (qrels) with only the answer span replaced by the target answer (cosine to it recorded)"
     paper = "Near-duplicate answer substitution (knowledge-conflict edits), docs/algorithms.md §7.7"
     needs = ("retriever",)
 
