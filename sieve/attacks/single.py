@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from sieve.attacks.base import Attack
 from sieve.registry import ATTACKS
 from sieve.types import Target
