@@ -13,7 +13,7 @@ from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard import glossary as Gl
 from sieve.dashboard.safe import highlight_segments, highlighted_html, md, snippet
-from sieve.experiment.explain import TERMS
+from sieve.experiment.explain import TERMS, with_ledger_state
 
 state.init_state()
 state.sidebar_status()
@@ -199,7 +199,8 @@ with state.page_guard("Query explorer"):
             d = r.decision_for(doc.id)
             if d is not None:
                 rows.append({"defense": n, "decision": E.decision_label(d), "layer": d.layer, "status": d.status,
-                             "score": d.score, "threshold": d.threshold, "margin": d.margin(), "reason": d.reason})
+                             "score": d.score, "threshold": d.threshold, "margin": d.margin(),
+                             "reason": with_ledger_state(d.reason, d.removed, ledger_state.get(doc.id))})
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
                      column_config={"margin": st.column_config.NumberColumn("margin", help=TERMS["margin"]),
                                     "decision": st.column_config.Column("decision", help=Gl.DECISION_HELP)})

@@ -39,6 +39,14 @@ from typing import Any, Iterable, Iterator, Mapping
 
 STATES = ("open", "confirmed", "dismissed", "rolled_back")
 
+#: The one wording of each ledger state, used by every page, defense reason and face. Only the
+#: ledger quarantines; a detector's own removal is a "flag" (:data:`DETECTOR_FLAG`).
+STATE_WORDING: dict[str, str] = {
+    "open": "excluded (open alert)", "confirmed": "excluded (confirmed poison)",
+    "dismissed": "restored (dismissed as a false alarm)", "rolled_back": "restored (quarantine rolled back)",
+}
+DETECTOR_FLAG = "flagged"
+
 #: Allowed analyst transitions: state → {new state}.
 TRANSITIONS: dict[str, frozenset[str]] = {
     "open": frozenset({"confirmed", "dismissed"}),

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sieve.dashboard.safe import snippet
+from sieve.ledger import STATE_WORDING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -130,9 +131,9 @@ def alerts_csv(ledger: Any, **filters: Any) -> bytes:
         return path.read_bytes()
 
 
-#: One wording per ledger state, used wherever a page shows what the ledger does to a document.
-LEDGER_WORDING = {"open": "excluded (open alert)", "confirmed": "excluded (confirmed poison)",
-                  "dismissed": "restored (dismissed as a false alarm)", "rolled_back": "restored (quarantine rolled back)"}
+#: One wording per ledger state, used wherever a page shows what the ledger does to a document
+#: (defined once in :data:`sieve.ledger.STATE_WORDING`).
+LEDGER_WORDING = STATE_WORDING
 
 
 def ledger_states(ledger: Any) -> dict[str, str]:

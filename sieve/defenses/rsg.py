@@ -35,6 +35,7 @@ from sieve.defenses.base import Defense
 from sieve.defenses.scripts import ascii_tokens, script_profile
 from sieve.defenses.stats import corpus_upper_tail
 from sieve.index.knn import HNSW_EF_SEARCH, HNSW_M, IVF_NPROBE
+from sieve.ledger import DETECTOR_FLAG
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Inspection, Ranking
 
@@ -483,7 +484,7 @@ class RSG(Defense):
                                     reason="document not in the audited snapshot; refit RSG after corpus changes"))
                 continue
             row = audit.row(d.id)
-            reason = (f"quarantined ({row.branch}): score {row.score:.3f} ≥ {threshold:g}" if row.flagged
+            reason = (f"{DETECTOR_FLAG} ({row.branch}): score {row.score:.3f} ≥ {threshold:g}" if row.flagged
                       else f"score {row.score:.3f} < {threshold:g}")
             out.append(Decision(d.id, row.flagged, "scored", score=row.score, threshold=threshold,
                                 evidence=row.to_dict(), reason=reason, layer="RSG"))

@@ -22,16 +22,17 @@ from sieve.defenses.base import Defense
 from sieve.defenses.rsg import RSG_DEFAULTS as _G  # noqa: N811
 from sieve.defenses.rsg import RSG, RSGParams
 from sieve.defenses.rsq import CONTEXT_SIZE, DECISION_THRESHOLD, RSQ
+from sieve.ledger import DETECTOR_FLAG
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Inspection, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
 
-SURVIVOR_REASON = ("RSQ needs at least 20 documents after RSG quarantine; retrieve deeper (depth ≥ 20 + "
-                   "quarantined) or re-retrieve from the index with RSG-flagged documents excluded")
+SURVIVOR_REASON = ("RSQ needs at least 20 documents after RSG's removals; retrieve deeper (depth ≥ 20 + "
+                   "RSG-flagged) or re-retrieve from the index with RSG-flagged documents excluded")
 TAIL_REASON = "RSQ examines only the top 5 survivors (survivor ranks 6–20 are its reference tail)"
-QUARANTINE_REASON = "quarantined by RSG before RSQ ran"
+QUARANTINE_REASON = f"{DETECTOR_FLAG} by RSG's corpus audit, removed before RSQ ran (RSQ never scored it)"
 #: Threshold of the combined (normalised) score: a document is removed iff score ≥ 1.0.
 COMBINED_THRESHOLD = 1.0
 _BELOW_ONE = float(np.nextafter(COMBINED_THRESHOLD, 0.0))
@@ -148,7 +149,7 @@ class SerialRSGRSQ(Defense):
         rsq_decisions: list[Decision] | None
         if len(survivors.documents) < CONTEXT_SIZE:
             msg = (f"rsg_rsq: RSQ unavailable for query {ranking.query_id or ranking.query!r}: "
-                   f"{len(survivors.documents)} survivors after quarantining {len(quarantined)}; {SURVIVOR_REASON}")
+                   f"{len(survivors.documents)} survivors after removing {len(quarantined)} RSG-flagged; {SURVIVOR_REASON}")
             warnings.append(msg)
             rsq_decisions = None
             info["rsq_unavailable"] = SURVIVOR_REASON
@@ -178,11 +179,11 @@ class SerialRSGRSQ(Defense):
         layer_scores: dict[str, float] = {}
         if g.score is not None and g.threshold is not None:
             layer_scores["RSG"] = normalised_score(g.score, g.threshold, g.removed)
-        if g.removed:                                   # quarantined: RSQ never saw it
+        if g.removed:                                   # flagged by RSG: RSQ never saw it
             evidence["rsq"] = {"status": "skipped", "reason": QUARANTINE_REASON}
             evidence["layer_scores"] = layer_scores
-            return Decision(g.doc_id, True, g.status, score=layer_scores.get("RSG"),
-                            threshold=COMBINED_THRESHOLD, evidence=evidence, reason=g.reason, layer="RSG")
+            return Decision(g.doc_id, True, g.status, score=layer_scores.get("RSG"), threshold=COMBINED_THRESHOLD,
+                            evidence=evidence, reason=f"removed before RSQ ran: RSG {g.reason}", layer="RSG")
         evidence["survivor_rank"] = survivor_rank
         if q is not None and q.status == "scored" and q.score is not None:
             evidence["rsq"] = {**q.evidence, "status": q.status, "threshold": eta_q, "reason": q.reason}

@@ -238,3 +238,17 @@ def neighbour_table(evidence: Mapping[str, Any], digits: int = 3) -> list[dict[s
             out.append({"neighbour": str(e.get("id", "")), "similarity": round(float(e.get("similarity", 0.0)), digits),
                         "jaccard": round(float(e.get("jaccard", 0.0)), digits), "edge": label})
     return out
+
+
+def with_ledger_state(reason: str, removed: bool, state: str | None) -> str:
+    """A defense's reason for one document plus what the quarantine ledger says about it, in the one
+    wording of :data:`sieve.ledger.STATE_WORDING`. A detector's removal is a flag; when the analyst
+    restored the document (dismissed or rolled back) and the detector still removes it, say both."""
+    from sieve.ledger import STATE_WORDING
+
+    words = STATE_WORDING.get(state or "")
+    if not words:
+        return reason
+    if removed and words.startswith("restored"):
+        return f"{reason} · ledger: {words} — the analyst restored it; this defense's own rule still removes it"
+    return f"{reason} · ledger: {words}"

@@ -207,3 +207,12 @@ def test_explorer_shows_quarantine_and_ledger_state(fresh_ledger):
     table = at.dataframe[0].value
     row = table[table["id"] == "attack:pr_b:q-chess:1"]
     assert len(row) == 1 and row["quarantine ledger"].iloc[0] == "restored (quarantine rolled back)"
+    # the Decisions tab: rsg_rsq's reason for the rolled-back document uses the ledger's words, never
+    # "quarantined" (only the ledger quarantines; RSG's own removal is a flag)
+    pick = next(s for s in at.selectbox if (s.key or "").startswith("x_doc_pr_b_"))
+    pick.select_index(next(i for i, o in enumerate(pick.options) if o.endswith("attack:pr_b:q-chess:1 (poison)"))).run()
+    no_error(at)
+    decisions = next(d.value for d in at.dataframe if "reason" in d.value.columns and "defense" in d.value.columns)
+    reason = decisions[decisions["defense"] == "rsg_rsq"]["reason"].iloc[0]
+    assert "ledger: restored (quarantine rolled back)" in reason, reason
+    assert "quarantined" not in reason, reason
