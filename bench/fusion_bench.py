@@ -6,9 +6,13 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
 
 * calibration on the first ``--calib`` clean queries only; clean removal measured on the next
   ``--clean-test`` clean queries (never calibrated on);
-* every configuration — all evidence, then all-but-one for each evidence — is calibrated the same way
-  and run on the first ``--limit`` targets of every family: poison-in-context with a Wilson 95 %
-  interval (the ablation table);
+* the held-out clean removal of the default detector over ``--splits`` random 50/50 splits of the
+  clean queries (calibrate on one half, measure on the other): mean, p10–p90 and max — one split
+  says little, because the documents of one query are correlated and the queries are ordered by topic;
+* every configuration — the default evidence, all-but-one for each evidence, the default plus
+  RAGDefender, and the Fisher-only and min-p-only combinations — is calibrated the same way and run
+  on the first ``--limit`` targets of every family: poison-in-context with a Wilson 95 % interval
+  (the ablation table);
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
   other families only;
 * warm latency (per-document caches filled by a first pass) of the full detector per query, p50/p95,
@@ -30,20 +34,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sieve.cli.common import load_config, load_dataset, open_experiment  # noqa: E402
-from sieve.defenses.fusion import EVIDENCE, Fusion  # noqa: E402
+from sieve.defenses.fusion import DEFAULT_EVIDENCE, Fusion  # noqa: E402
 from sieve.evaluation.lofo import CleanResult, FamilyResult, format_lofo, lofo_table  # noqa: E402
 from sieve.evaluation.metrics import percentiles, wilson_interval  # noqa: E402
 from sieve.experiment import prepare_defense  # noqa: E402
 
 
-def run_config(exp, ds, evidence, calib, test_clean, families, limit, k_ctx=5):
-    d = prepare_defense(exp, Fusion(evidence=evidence), clean_rankings=calib)
+def held_out_clean(exp, params, calib, test_clean, k_ctx=5):
+    """(calibrated defense, clean documents removed of those scored) on queries never calibrated on."""
+    d = prepare_defense(exp, Fusion(**params), clean_rankings=calib)
     removed = scored = 0
     for r in test_clean:
         for x in d.inspect(r, exp.resources, k_ctx).decisions:
             if x.status == "scored":
                 scored += 1
                 removed += int(x.removed)
+    return d, CleanResult(removed, scored)
+
+
+def run_config(exp, ds, params, calib, test_clean, families, limit, k_ctx=5):
+    evidence = params.get("evidence", DEFAULT_EVIDENCE)
+    d, clean = held_out_clean(exp, params, calib, test_clean, k_ctx)
     fams = {}
     for fam in families:
         if "rsg" in evidence:
@@ -56,7 +67,7 @@ def run_config(exp, ds, evidence, calib, test_clean, families, limit, k_ctx=5):
         fams[fam] = FamilyResult(k, n)
     if "rsg" in evidence:
         d.fit(exp.snapshot("clean").index, exp.resources)
-    return d, CleanResult(removed, scored), fams
+    return d, clean, fams
 
 
 def latency(exp, d, rankings, k_ctx=5):
@@ -84,8 +95,9 @@ def main() -> None:
     ap.add_argument("--clean-test", type=int, default=64)
     ap.add_argument("--limit", type=int, default=16)
     ap.add_argument("--families", default="")
-    ap.add_argument("--evidence", default=",".join(e for e in EVIDENCE))
+    ap.add_argument("--evidence", default=",".join(DEFAULT_EVIDENCE))
     ap.add_argument("--no-ablation", action="store_true")
+    ap.add_argument("--splits", type=int, default=10, help="random clean-query splits for the held-out removal")
     ap.add_argument("--latency-queries", type=int, default=32)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
@@ -96,11 +108,30 @@ def main() -> None:
     calib, test_clean = clean[:a.calib], clean[a.calib:a.calib + a.clean_test]
     families = a.families.split(",") if a.families else ds.attack_families()
     full = tuple(a.evidence.split(","))
-    configs = {"all": full}
+    configs = {"default": {"evidence": full}}
     if not a.no_ablation:
-        configs.update({f"without {e}": tuple(x for x in full if x != e) for e in full})
+        configs.update({f"without {e}": {"evidence": tuple(x for x in full if x != e)} for e in full})
+        if "ragdefender" not in full:
+            configs["with ragdefender"] = {"evidence": full + ("ragdefender",)}
+        configs["fisher only"] = {"evidence": full, "combine": "fisher"}
+        configs["min-p only"] = {"evidence": full, "combine": "minp"}
     print(f"fusion bench: {len(calib)} calibration / {len(test_clean)} held-out clean queries, "
           f"{a.limit} targets per family × {len(families)} families, k_ctx 5, depth 50")
+    split_rates = []
+    rng = np.random.default_rng(0)
+    half = len(clean) // 2
+    for s in range(a.splits):
+        order = rng.permutation(len(clean))
+        _, c = held_out_clean(exp, configs["default"], [clean[i] for i in order[:half]],
+                              [clean[i] for i in order[half:]])
+        split_rates.append(c.rate)
+        print(f"  random split {s + 1}/{a.splits}: held-out clean removal {c.rate:.3f} ({c.k}/{c.n})", flush=True)
+    splits = (f"held-out clean removal of the default detector over {len(split_rates)} random {half}/"
+              f"{len(clean) - half} splits of the clean queries: mean {np.mean(split_rates):.3f}, "
+              f"p10–p90 {np.percentile(split_rates, 10):.3f}–{np.percentile(split_rates, 90):.3f}, "
+              f"max {np.max(split_rates):.3f} (budget 0.05)" if split_rates else "")
+    if splits:
+        print(splits, flush=True)
     results, cleans, full_defense = {}, {}, None
     for name, ev in configs.items():
         t = time.perf_counter()
@@ -138,11 +169,14 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "fusion_bench.md").write_text(
             f"# Fusion bench\n\nCommand: `sieve bench fusion {' '.join(sys.argv[1:])}`\n\n"
-            f"## Ablation\n\n{ablation}\n\n## Leave-one-family-out\n\n{lofo}\n\n## Latency\n\n{lat}\n",
+            f"## Held-out clean removal\n\n{splits}\n\n## Ablation\n\n{ablation}\n\n## Leave-one-family-out\n\n{lofo}\n\n## Latency\n\n{lat}\n",
             encoding="utf-8")
         (out / "fusion_bench.json").write_text(json.dumps({
             "args": vars(a),
             "clean": {k: {"removed": v.k, "n": v.n} for k, v in cleans.items()},
+            "random_split_clean_removal": split_rates,
+            "configs": {k: {kk: list(vv) if isinstance(vv, tuple) else vv for kk, vv in v.items()}
+                        for k, v in configs.items()},
             "families": {k: {f: {"poison_in_context": r.k, "n": r.n} for f, r in v.items()} for k, v in results.items()},
             "lofo": [{"family": r.family, "chosen": r.chosen, "k": r.result.k, "n": r.result.n} for r in rows],
             "latency_ms": {"fusion": fus, "rsq": base},

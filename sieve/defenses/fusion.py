@@ -18,13 +18,24 @@ Evidence per document (each oriented "higher = more suspicious"):
 
 Calibration (:meth:`Fusion.calibrate`) reads clean rankings only: the evidence of every document of
 the clean generation contexts forms, per evidence, an empirical null distribution; a document's
-p-value is p_e = (1 + #{clean ≥ x}) / (1 + n) (for the calibration documents themselves: leave-one-out,
-so they are scored as a new document would be). Two combinations — Fisher's −2 Σ ln p_e (many weak
+p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). Two combinations — Fisher's −2 Σ ln p_e (many weak
 signals) and −ln min p_e (one strong signal) — are each turned into an empirical p-value against the
-same clean documents, and the score is −ln min(P_fisher, P_min) (an omnibus of the two). The removal
-threshold is the budget rule of :mod:`sieve.defenses.budget` (docs/algorithms.md §9.2) on the clean
-scores. No attack document is read: rankings with a poison-labelled document or a non-clean
-condition are refused.
+clean documents, and the score is −ln min(P_fisher, P_min) (an omnibus of the two; ``combine``
+selects one of them alone). The combination nulls are **cross-fitted by query**: the calibration
+queries are split into ``calibration_folds`` folds and a document's per-evidence p-values are taken
+against the documents of the *other* folds only, so the calibration documents are scored as
+documents of a new query would be. Documents of one query share the query's topic and neighbours,
+so scoring them against their own query's documents (or even leaving only the document itself out)
+makes them look more ordinary than a new query's documents and the threshold lands too low: on the
+demo (64 calibration / 64 held-out clean questions, 40 random splits) the held-out clean removal was
+6.2 % on average at a 5 % budget with leave-one-out p-values and 5.2–5.6 % with query-level
+cross-fitting. The removal threshold is the budget rule of :mod:`sieve.defenses.budget`
+(docs/algorithms.md §9.2) on the clean scores. No attack document is read: rankings with a
+poison-labelled document or a non-clean condition are refused.
+
+Default evidence: every method except ``ragdefender``, whose ~90 ms per query (measured warm at
+depth 50) alone would exceed the fused detector's 50 ms latency goal; pass ``evidence=`` with it to
+add it (the ablation in ``bench/fusion_bench.py`` reports both).
 
 Rescored refill: the first ``k_ctx`` survivors are scored; removed documents are replaced by the
 next survivors, which are scored too (RSQ and answer evidence are recomputed on the ranking without
@@ -53,6 +64,10 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender")
+#: The evidence used unless ``evidence=`` says otherwise (module docstring: RAGDefender's latency).
+DEFAULT_EVIDENCE = tuple(e for e in EVIDENCE if e != "ragdefender")
+#: How per-evidence p-values are combined into the fused score.
+COMBINE = ("omnibus", "fisher", "minp")
 #: p-value at or below which an evidence is named in the reason.
 REASON_P = 0.05
 
@@ -80,9 +95,11 @@ def minp_stat(ps: Sequence[float]) -> float:
 class Fusion(Defense):
     """Clean-calibrated fusion of per-document evidence with a rescored refill (docs/algorithms.md §14.2).
 
-    Parameters: ``threshold`` (on the omnibus score; ``None`` = calibrate), ``evidence`` (the names
-    used, a subset of :data:`EVIDENCE`; ablations drop one), ``max_rounds`` (3: rescoring rounds of
-    the refill), ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence).
+    Parameters: ``threshold`` (on the fused score; ``None`` = calibrate), ``evidence`` (the names
+    used, a subset of :data:`EVIDENCE`; default :data:`DEFAULT_EVIDENCE`; ablations drop one),
+    ``combine`` (``omnibus`` | ``fisher`` | ``minp``), ``calibration_folds`` (8: query folds of the
+    cross-fitted calibration), ``max_rounds`` (3: rescoring rounds of the refill),
+    ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence).
     Learned in :meth:`calibrate`: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
     ``minp_null_`` and ``threshold``.
     """
@@ -95,7 +112,8 @@ class Fusion(Defense):
     corpus_time = True
     threshold_param = "threshold"
 
-    def __init__(self, threshold: float | None = None, evidence: Sequence[str] = EVIDENCE, max_rounds: int = 3,
+    def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
+                 combine: str = "omnibus", calibration_folds: int = 8, max_rounds: int = 3,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
@@ -103,8 +121,12 @@ class Fusion(Defense):
             raise ValueError(f"fusion: evidence must be a non-empty subset of {', '.join(EVIDENCE)}; got {list(ev)}")
         if int(max_rounds) < 1:
             raise ValueError("fusion: max_rounds must be >= 1")
-        super().__init__(threshold=threshold, evidence=ev, max_rounds=max_rounds, cohesion_scope=cohesion_scope,
-                         duplicate_jaccard=duplicate_jaccard)
+        if combine not in COMBINE:
+            raise ValueError(f"fusion: combine must be one of {', '.join(COMBINE)}; got {combine!r}")
+        if int(calibration_folds) < 2:
+            raise ValueError("fusion: calibration_folds must be >= 2")
+        super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
+                         max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard)
 
     # -- corpus time ------------------------------------------------------------------------------
     def fit(self, snapshot: Any, resources: "Resources") -> "Fusion":
@@ -187,19 +209,23 @@ class Fusion(Defense):
         return out
 
     # -- scoring ----------------------------------------------------------------------------------
-    def _pvalues(self, values: dict[str, float], member: bool = False) -> dict[str, float]:
-        null = getattr(self, "null_", None) or {}
-        return {e: empirical_p(null[e], float(v), member) for e, v in values.items()
+    def _pvalues(self, values: dict[str, float], null: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+        null = (getattr(self, "null_", None) or {}) if null is None else null
+        return {e: empirical_p(null[e], float(v)) for e, v in values.items()
                 if e in null and isinstance(v, (int, float)) and null[e].size}
 
-    def _score(self, values: dict[str, float], member: bool = False) -> tuple[float | None, dict[str, float]]:
-        ps = self._pvalues(values, member)
+    def _combined(self, ps: dict[str, float], member: bool = False) -> float:
+        """−ln of the combination's p-value against the clean combination nulls."""
+        pf = empirical_p(self.fisher_null_, fisher_stat(list(ps.values())), member)
+        pm = empirical_p(self.minp_null_, minp_stat(list(ps.values())), member)
+        p = {"omnibus": min(pf, pm), "fisher": pf, "minp": pm}[self.combine]
+        return float(-math.log(p))
+
+    def _score(self, values: dict[str, float]) -> tuple[float | None, dict[str, float]]:
+        ps = self._pvalues(values)
         if not ps:
             return None, ps
-        f, m = fisher_stat(list(ps.values())), minp_stat(list(ps.values()))
-        pf = empirical_p(self.fisher_null_, f, member)
-        pm = empirical_p(self.minp_null_, m, member)
-        return float(-math.log(min(pf, pm))), ps
+        return self._combined(ps), ps
 
     def _rounds(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, thr: float | None,
                 collect: bool = False) -> tuple[dict[int, dict[str, Any]], set[int], int]:
@@ -243,22 +269,42 @@ class Fusion(Defense):
                 raise ValueError(f"fusion: calibration reads clean rankings only; query {r.query_id or r.query!r} "
                                  f"(condition {r.condition!r}) holds attack documents")
         rows: list[dict[str, float]] = []
-        for r in clean_rankings:
+        query_of: list[int] = []
+        for q, r in enumerate(clean_rankings):
             seen, _, _ = self._rounds(r, resources, k_ctx, None, collect=True)
             rows.extend(rec["values"] for rec in seen.values())
+            query_of.extend(q for _ in seen)
         if not rows:
             raise ValueError("fusion: no clean documents to calibrate on")
-        self.null_ = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64))
-                      for e in self.evidence}
-        self.null_ = {e: v for e, v in self.null_.items() if v.size}
-        per = [self._pvalues(row, member=True) for row in rows]   # leave-one-out: as for a new document
+        self.null_ = self._nulls(rows)
+        per = self._cross_fitted_pvalues(rows, query_of)
         self.fisher_null_ = np.sort(np.asarray([fisher_stat(list(p.values())) for p in per if p]))
         self.minp_null_ = np.sort(np.asarray([minp_stat(list(p.values())) for p in per if p]))
-        scores = [s for s in (self._score(row, member=True)[0] for row in rows) if s is not None]
+        scores = [self._combined(p, member=True) for p in per if p]
         self.clean_scores_ = scores
         self.threshold_ = removal_threshold(scores, clean_budget)
         self.set_params(threshold=self.threshold_)
         return self
+
+    def _nulls(self, rows: list[dict[str, float]]) -> dict[str, np.ndarray]:
+        null = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64)) for e in self.evidence}
+        return {e: v for e, v in null.items() if v.size}
+
+    def _cross_fitted_pvalues(self, rows: list[dict[str, float]], query_of: list[int]) -> list[dict[str, float]]:
+        """Per-evidence p-values of each calibration document against the documents of the other
+        query folds (module docstring); with a single query, against the other documents."""
+        queries = sorted(set(query_of))
+        folds = min(int(self.calibration_folds), len(queries))
+        if folds < 2:
+            return [self._pvalues(row, self._nulls(rows[:j] + rows[j + 1:])) for j, row in enumerate(rows)]
+        fold_of = {q: j % folds for j, q in enumerate(queries)}
+        per: list[dict[str, float]] = [{} for _ in rows]
+        for k in range(folds):
+            null = self._nulls([row for row, q in zip(rows, query_of) if fold_of[q] != k])
+            for j, (row, q) in enumerate(zip(rows, query_of)):
+                if fold_of[q] == k:
+                    per[j] = self._pvalues(row, null)
+        return per
 
     def calibration_scores(self, clean_rankings: list[Ranking], resources: "Resources",
                            k_ctx: int | None = K_CTX) -> list[float]:

@@ -106,3 +106,30 @@ def test_calibration_documents_get_leave_one_out_p_values():
     assert empirical_p(null, 1.0) == pytest.approx(1 / 5)
     assert empirical_p(null, 0.9, member=True) == pytest.approx(1 / 4)
     assert empirical_p(null, 0.1, member=True) == pytest.approx(4 / 4)
+
+
+def test_calibration_p_values_are_cross_fitted_by_query():
+    """A calibration document is scored against the other queries' documents, as a new query's
+    document would be: a query whose documents all sit above every other query's gets the smallest
+    p-values, not the ordinary ones it would get against its own documents."""
+    d = Fusion(evidence=("l2",), calibration_folds=2)
+    rows = [{"l2": 0.9}] * 5 + [{"l2": 0.1}] * 5
+    per = d._cross_fitted_pvalues(rows, [0] * 5 + [1] * 5)
+    assert [p["l2"] for p in per[:5]] == pytest.approx([1 / 6] * 5)      # above all 5 of the other query
+    assert [p["l2"] for p in per[5:]] == pytest.approx([1.0] * 5)        # below all of them
+    # one query only: each document against the others (leave-one-out)
+    one = d._cross_fitted_pvalues([{"l2": 0.1}, {"l2": 0.5}, {"l2": 0.9}], [0, 0, 0])
+    assert [p["l2"] for p in one] == pytest.approx([1.0, 2 / 3, 1 / 3])
+
+
+def test_default_evidence_leaves_out_ragdefender_and_combine_is_checked():
+    from sieve.defenses.fusion import DEFAULT_EVIDENCE
+
+    assert "ragdefender" not in Fusion().evidence and set(Fusion().evidence) == set(DEFAULT_EVIDENCE)
+    with pytest.raises(ValueError, match="combine must be"):
+        Fusion(combine="mean")
+    res = resources_with()
+    f = Fusion(evidence=("l2", "cohesion"), combine="fisher").calibrate(_clean_rankings(), res)
+    m = Fusion(evidence=("l2", "cohesion"), combine="minp").calibrate(_clean_rankings(), res)
+    assert sum(s >= f.threshold for s in f.clean_scores_) <= int(0.05 * len(f.clean_scores_))
+    assert sum(s >= m.threshold for s in m.clean_scores_) <= int(0.05 * len(m.clean_scores_))
