@@ -3,22 +3,43 @@
 RSG (docs/algorithms.md §4) scans the whole snapshot: the clean corpus, or the clean corpus plus every
 document of one attack family (``--with-attack``). Flags go to the quarantine ledger (docs/design.md:
 quarantine is never deletion; the dataset files are not modified).
+
+``--corpus FILE|SHARD_DIR`` audits a corpus of any size instead of a dataset directory: the file is
+streamed into float16 shards under ``--workdir`` (sieve/scale/shards.py) and a killed run resumes
+from the last shard whose sha256 matches its manifest (sieve/experiment/audit.py:
+``run_corpus_audit``).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
 from sieve.cli.common import CONFIG_HELP, DATASET_HELP, RETRIEVER_HELP, default_ledger, load_config, open_experiment, plain
 
+if TYPE_CHECKING:
+    from sieve.config import SieveConfig
+
 
 @app.command("audit")
 @user_errors
 def audit_command(
-    dataset_dir: Path = typer.Argument(..., help=DATASET_HELP, show_default=False),
+    dataset_dir: Optional[Path] = typer.Argument(None, help=DATASET_HELP + " Omit it with --corpus.",
+                                                 show_default=False),
+    corpus: Optional[Path] = typer.Option(None, "--corpus",
+                                          help="Audit a large corpus instead of a dataset: a .jsonl or .parquet "
+                                               "file with id and text (streamed in chunks and embedded into "
+                                               "float16 shards under --workdir; run the same command again after "
+                                               "an interruption to resume from the last complete shard), or a "
+                                               "shard directory written by an earlier run."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir",
+                                           help="Directory for the shards of --corpus (default: <cache dir>/shards/"
+                                                "<corpus name>-<retriever>). Re-use it to resume."),
+    shard_rows: int = typer.Option(8192, "--shard-rows", min=1,
+                                   help="Rows per shard for --corpus: one embedding call and one file each; an "
+                                        "interrupted run loses at most one shard of work."),
     with_attack: Optional[str] = typer.Option(None, "--with-attack", "-a",
                                               help="Audit the corpus plus every document of this attack family "
                                                    "(a name from attacks.jsonl, e.g. pr_b)."),
@@ -38,6 +59,8 @@ def audit_command(
     ledger_path: Optional[Path] = typer.Option(None, "--ledger",
                                                help="Quarantine ledger file (default: <cache dir>/ledger.sqlite)."),
     no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record flags in the ledger."),
+    force: bool = typer.Option(False, "--force", help="Replace rsg_audit.json / rsg_audit.csv in --out even when "
+                                                      "they were not written by sieve audit."),
     retriever: Optional[str] = typer.Option(None, "--retriever", "-r", help=RETRIEVER_HELP),
     config_file: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -45,9 +68,15 @@ def audit_command(
 
     Flags about 5% of the snapshot at most: documents with mixed writing systems (integrity branch) and documents sitting in unusually dense, lexically distinct neighbourhoods (topology branch; the budget left after integrity alerts). Writes a JSON report and a CSV with one row per document, records each flag as an open alert in the quarantine ledger, and prints a summary (with AUROC and detection at 5% clean removal when poison labels are known). Your dataset files are never modified.
     """
-    from sieve.experiment import AUDIT_MODES, record_flags, run_audit
+    from sieve.experiment import AUDIT_MODES, run_audit
     from sieve.experiment.audit import AUDIT_ENGINES
 
+    if (dataset_dir is None) == (corpus is None):
+        raise UserError("give a dataset directory or --corpus FILE|SHARD_DIR (one of the two)")
+    if corpus is not None and with_attack:
+        raise UserError("--with-attack needs a dataset directory (a --corpus has no attack families)")
+    if corpus is None and workdir is not None:
+        raise UserError("--workdir needs --corpus")
     if mode not in AUDIT_MODES:
         raise UserError(f"--mode must be {', '.join(AUDIT_MODES)} (got {mode!r})")
     if engine not in AUDIT_ENGINES:
@@ -59,21 +88,19 @@ def audit_command(
 
         if importlib.util.find_spec("ray") is None:
             raise UserError("--engine ray needs the optional extra: pip install 'sieve[ray]'")
+    cfg = load_config(config_file, retriever)
+    if corpus is not None:
+        _corpus_audit(corpus, workdir, shard_rows, out, mode, engine, ray_address, ledger_path, no_ledger, cfg,
+                      force)
+        return
     from sieve.corpus import load_dataset
 
-    cfg = load_config(config_file, retriever)
     ds = load_dataset(dataset_dir)
     if with_attack and with_attack not in ds.attack_families():
         families = ds.attack_families()
         raise UserError(f"{ds.path}: unknown attack family {with_attack!r}; "
                         f"available: {', '.join(families) or 'none (no attacks.jsonl)'}")
-    if not no_ledger:
-        # check the ledger before the audit: a corrupt ledger is reported (and moved aside) in seconds,
-        # not after a long audit whose flags could then not be recorded
-        from sieve.ledger import Ledger
-
-        with Ledger(default_ledger(cfg, ledger_path)):
-            pass
+    _check_ledger(cfg, ledger_path, no_ledger)
     exp = open_experiment(ds, cfg)
     condition = with_attack or "clean"
     report = run_audit(exp, condition, mode=mode, progress=True, engine=engine, ray_address=ray_address)
@@ -81,14 +108,85 @@ def audit_command(
         from sieve.evaluation.metrics import audit_metrics
 
         report.summary["metrics"] = audit_metrics(report.audit, report.poison_labels)
-    audit, summary, docs = report.audit, report.summary, report.snapshot.documents
-    injected = report.snapshot.injected
-    out_dir = out or Path(cfg.cache_dir) / "audits" / f"{ds.name}-{condition}"
-    json_path, csv_path = report.write(out_dir)
-    flagged = report.flagged
+    from sieve.safe_io import dataset_files
 
+    docs, injected = report.snapshot.documents, report.snapshot.injected
+    out_dir = out or Path(cfg.cache_dir) / "audits" / f"{ds.name}-{condition}"
+    json_path, csv_path = report.write(out_dir, protected=dataset_files(ds.path), force=force)
     typer.echo(f"snapshot   {ds.name} ({condition}): {len(docs)} documents"
                + (f" incl. {len(injected)} injected" if injected else ""))
+    _print_report(report, mode, engine, json_path, csv_path, ledger_path, no_ledger, cfg, ds.name)
+
+
+def _corpus_audit(corpus: Path, workdir: Optional[Path], shard_rows: int, out: Optional[Path], mode: str,
+                  engine: str, ray_address: Optional[str], ledger_path: Optional[Path], no_ledger: bool,
+                  cfg: "SieveConfig", force: bool) -> None:
+    """``sieve audit --corpus``: ingest (resumable) → RSG on the shards → the same report and ledger flags."""
+    from sieve.experiment.audit import run_corpus_audit
+    from sieve.scale.shards import IngestError
+
+    if not corpus.exists():
+        raise UserError(f"{corpus}: corpus not found")
+    name = corpus.stem if corpus.is_file() else corpus.name
+    if corpus.is_file() and corpus.suffix.lower() not in (".jsonl", ".json", ".parquet", ".pq"):
+        raise UserError(f"{corpus}: unsupported corpus format {corpus.suffix!r}; use .jsonl or .parquet "
+                        "(id and text) or a shard directory")
+    if corpus.is_dir() and not (corpus / "manifest.json").is_file():
+        raise UserError(f"{corpus}: not a shard directory (no manifest.json); for a dataset directory run "
+                        f"sieve audit {corpus}")
+    factory, model_id = _retriever_factory(cfg)
+    wd = workdir or Path(cfg.cache_dir) / "shards" / f"{name}-{model_id.replace('/', '_')}"
+    if corpus.is_file() and wd.resolve() == corpus.resolve().parent:
+        raise UserError(f"refusing to write shards into {wd}: it holds the corpus; choose another --workdir")
+    _check_ledger(cfg, ledger_path, no_ledger)
+    if corpus.is_file():
+        typer.echo(f"shards     {wd}")
+    try:
+        report, _ = run_corpus_audit(corpus, workdir=wd, embedder=factory, model_id=model_id, mode=mode,
+                                     engine=engine, ray_address=ray_address, chunk_rows=shard_rows,
+                                     progress=True, note=typer.echo)
+    except IngestError as e:
+        raise UserError(str(e)) from None
+    except ValueError as e:                           # RSG's validation (zero / non-finite vectors)
+        raise UserError(f"{corpus}: {e}") from None
+    out_dir = out or Path(cfg.cache_dir) / "audits" / f"{name}-corpus"
+    json_path, csv_path = report.write(out_dir, protected=[corpus, wd], force=force)
+    ing = report.summary.get("ingest")
+    typer.echo(f"snapshot   {name} (corpus): {report.summary['documents']} documents"
+               + (f" in {ing['shards']} shards" if ing else ""))
+    _print_report(report, mode, engine, json_path, csv_path, ledger_path, no_ledger, cfg, name)
+
+
+def _check_ledger(cfg: "SieveConfig", ledger_path: Optional[Path], no_ledger: bool) -> None:
+    """Open the ledger before the audit: a corrupt ledger is reported (and moved aside) in seconds,
+    not after a long audit whose flags could then not be recorded."""
+    if not no_ledger:
+        from sieve.ledger import Ledger
+
+        with Ledger(default_ledger(cfg, ledger_path)):
+            pass
+
+
+def _retriever_factory(cfg: "SieveConfig") -> tuple[Callable[[], Any], str]:
+    """A picklable zero-argument factory of the configured retriever (called once per process or Ray
+    actor) and its model id, known without loading the model."""
+    from functools import partial
+
+    from sieve.models.tiny import TESTING_RETRIEVER, HashingEmbedder
+
+    if cfg.models.retriever == TESTING_RETRIEVER:
+        return partial(HashingEmbedder, dim=64), HashingEmbedder(dim=64).model_id
+    from sieve.models.loaders import embedder_model_id, load_embedder
+
+    return partial(load_embedder, cfg.models.retriever, cfg), embedder_model_id(cfg.models.retriever)
+
+
+def _print_report(report: Any, mode: str, engine: str, json_path: Path, csv_path: Path,
+                  ledger_path: Optional[Path], no_ledger: bool, cfg: "SieveConfig", corpus_name: str) -> None:
+    from sieve.experiment import record_flags
+
+    audit, summary, docs = report.audit, report.summary, report.snapshot.documents
+    flagged = report.flagged
     knn = summary.get("knn") or {}
     typer.echo(f"rsg        {knn.get('mode', mode)} kNN ({engine} engine), {summary['seconds']:.2f} s "
                f"({summary['docs_per_second']} docs/s)")
@@ -119,7 +217,7 @@ def audit_command(
         from sieve.ledger import Ledger
 
         with Ledger(default_ledger(cfg, ledger_path)) as led:
-            n, added = record_flags(report, led, ds.name)
+            n, added = record_flags(report, led, corpus_name)
             typer.echo(f"ledger     {added} new open alerts ({n - added} already recorded) in {led.path}")
     typer.echo(f"report     {json_path}")
     typer.echo(f"csv        {csv_path}")

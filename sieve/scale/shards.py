@@ -36,6 +36,9 @@ FORMAT = "sieve-shards/1"
 CHUNK_ROWS = 8192
 
 Embedder = Callable[[list[str]], np.ndarray]
+#: embeds a stream of (ids, texts) chunks, yielding one float32 [rows, dim] matrix per chunk in order
+#: (the Ray engine's embedding stage, sieve/scale/ray_engine.py: ``ray_embed_chunks``)
+ChunkEmbedder = Callable[[Iterator[tuple[list[str], list[str]]]], Iterator[np.ndarray]]
 
 
 class IngestError(ValueError):
@@ -127,17 +130,15 @@ def _parquet_chunks(path: Path, chunk_rows: int, skip: int) -> Iterator[tuple[li
         yield ids, texts
 
 
-def count_rows(path: Path) -> int:
-    """Rows of the source (for the progress bar's ETA): non-blank JSONL lines or Parquet metadata."""
-    if path.suffix.lower() in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
-
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    n = 0
-    with open(path, "rb") as fh:
-        for line in fh:
-            n += bool(line.strip())
-    return n
+def scan_rows(path: Path, skip_rows: int = 0) -> int:
+    """Rows of the source, after checking every row past ``skip_rows`` (JSON, ``id``, ``text``):
+    a bad line is reported (file:line: field) before anything is embedded, not hours into a run —
+    and a corrected file then starts a clean run instead of clashing with shards of the old one.
+    One parsing pass costs a few seconds per million rows, against hours of embedding."""
+    rows = 0
+    for ids, _ in read_chunks(path, 65_536, skip_rows=skip_rows):
+        rows += len(ids)
+    return skip_rows + rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,6 +173,8 @@ class IngestResult:
     resumed_rows: int        # rows found in verified shards and not recomputed
     dropped_shards: int      # listed shards that failed verification and were rebuilt
     seconds: float
+    verified_shards: int = 0     # shards of an earlier run whose sha256 matched the manifest
+    failed: str | None = None    # the first shard whose hash (or file) did not match, if any
 
     @property
     def docs_per_second(self) -> float:
@@ -179,18 +182,26 @@ class IngestResult:
         return new / self.seconds if self.seconds > 0 else float("nan")
 
 
-def ingest(source: Path, out: Path, embed: Embedder, model_id: str, *, chunk_rows: int = CHUNK_ROWS,
-           progress: bool = True) -> IngestResult:
-    """Embed ``source`` into shards under ``out``; resume a previous run of the same source and model."""
+def ingest(source: Path, out: Path, embed: Embedder | None, model_id: str, *, chunk_rows: int = CHUNK_ROWS,
+           progress: bool = True, embed_chunks: ChunkEmbedder | None = None,
+           note: Callable[[str], None] | None = None) -> IngestResult:
+    """Embed ``source`` into shards under ``out``; resume a previous run of the same source and model.
+
+    ``embed`` embeds one chunk's texts; ``embed_chunks`` (instead) embeds the stream of remaining
+    chunks — the Ray engine's actor pool — and must yield one matrix per chunk in order. ``note``
+    receives one line per resume event (shards verified and kept, a shard that failed its sha256),
+    before any embedding starts."""
+    if (embed is None) == (embed_chunks is None):
+        raise ValueError("ingest: give exactly one of embed and embed_chunks")
     source, out = Path(source), Path(out)
     if not source.exists():
         raise IngestError(f"{source}: corpus file not found")
-    out.mkdir(parents=True, exist_ok=True)
     ident = source_identity(source)
     mpath = out / MANIFEST
     manifest: dict[str, Any] = {"format": FORMAT, "source": ident, "model_id": model_id, "dim": None,
                                 "chunk_rows": int(chunk_rows), "shards": [], "complete": False}
     dropped = 0
+    failed = None
     if mpath.exists():
         try:
             old = json.loads(mpath.read_text(encoding="utf-8"))
@@ -204,16 +215,27 @@ def ingest(source: Path, out: Path, embed: Embedder, model_id: str, *, chunk_row
             chunk_rows = int(manifest["chunk_rows"])           # keep the shard layout of the first run
         good = _verified_prefix(out, manifest)
         dropped = len(manifest["shards"]) - len(good)
+        if dropped:
+            failed = manifest["shards"][len(good)]["vectors"]
         manifest["shards"] = good
         if dropped:
             manifest["complete"] = False
     elif any(out.glob("shard-*")):
         raise IngestError(f"{out}: contains shard files but no {MANIFEST}; choose another output directory")
     done = sum(sh["rows"] for sh in manifest["shards"])
+    verified = len(manifest["shards"])
+    if note is not None and failed:
+        note(f"resume     {out / failed} failed its sha256 check: recomputing it"
+             + (f" and {dropped - 1} later shards" if dropped > 1 else ""))
+    if note is not None and manifest["complete"]:
+        note(f"resume     all {verified} shards ({done} rows) verified by sha256; nothing to embed")
+    elif note is not None and done:
+        note(f"resume     {verified} shards ({done} rows) verified by sha256 and kept; embedding from row {done}")
     if manifest["complete"]:
-        return IngestResult(out, done, len(manifest["shards"]), done, dropped, 0.0)
+        return IngestResult(out, done, len(manifest["shards"]), done, dropped, 0.0, verified, failed)
+    total = scan_rows(source, skip_rows=done)          # bad input is reported before any embedding
+    out.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(mpath, manifest)
-    total = count_rows(source)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -221,8 +243,20 @@ def ingest(source: Path, out: Path, embed: Embedder, model_id: str, *, chunk_row
         bar = tqdm(total=total, initial=done, desc="embedding", unit="doc", unit_scale=True, smoothing=0.05)
     t0 = time.perf_counter()
     row = done
-    for ids, texts in read_chunks(source, chunk_rows, skip_rows=done):
-        vec = np.asarray(embed(texts), dtype=np.float32)
+    pending: list[tuple[list[str], list[str]]] = []     # chunks handed to embed_chunks, not yet written
+
+    def chunks() -> Iterator[tuple[list[str], list[str]]]:
+        for ch in read_chunks(source, chunk_rows, skip_rows=done):
+            pending.append(ch)
+            yield ch
+
+    if embed_chunks is not None:
+        stream: Iterator[tuple[list[str], list[str], np.ndarray]] = (
+            (*pending.pop(0), v) for v in embed_chunks(chunks()))
+    else:
+        stream = ((ids, texts, embed(texts)) for ids, texts in read_chunks(source, chunk_rows, skip_rows=done))
+    for ids, texts, vec in stream:
+        vec = np.asarray(vec, dtype=np.float32)
         if vec.ndim != 2 or vec.shape[0] != len(ids):
             raise IngestError(f"embedder returned shape {vec.shape} for {len(ids)} texts")
         if manifest["dim"] is None:
@@ -243,7 +277,7 @@ def ingest(source: Path, out: Path, embed: Embedder, model_id: str, *, chunk_row
     _write_json_atomic(mpath, manifest)
     if bar is not None:
         bar.close()
-    return IngestResult(out, row, len(manifest["shards"]), done, dropped, time.perf_counter() - t0)
+    return IngestResult(out, row, len(manifest["shards"]), done, dropped, time.perf_counter() - t0, verified, failed)
 
 
 def _write_shard(vpath: Path, dpath: Path, vec: np.ndarray, ids: Sequence[str], texts: Sequence[str]) -> None:

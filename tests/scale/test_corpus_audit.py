@@ -1,0 +1,166 @@
+"""``sieve audit --corpus``: a killed audit resumes where it stopped (shards verified by sha256), with
+no lost or duplicated rows and the same flags as an uninterrupted run; damaged shards are recomputed;
+bad input and foreign files are refused with a one-line error (exit 2)."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sieve.cli import app
+from sieve.scale.shards import MANIFEST, open_shards, sha256_file
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 1000
+SHARD = 50
+WORDS = ["river", "mountain", "forest", "valley", "ocean", "desert", "island", "meadow", "glacier", "canyon"]
+runner = CliRunner()
+
+# the CLI in a child process, its tiny retriever slowed down so that a kill lands mid-ingestion
+SLOW_CLI = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from sieve.models.tiny import HashingEmbedder
+fast = HashingEmbedder.encode
+def slow(self, *a, **k):
+    time.sleep(0.1)
+    return fast(self, *a, **k)
+HashingEmbedder.encode = slow
+from sieve.cli import app
+app(sys.argv[1:])
+"""
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIEVE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "big.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(N):
+            text = (f"The {WORDS[i % 10]} number {i % 50} lies near the {WORDS[i * 3 % 10]} "
+                    f"with fact{i} and note{i % 7}.")
+            if i % 97 == 5:                       # mixed Latin/Cyrillic: the integrity branch flags these
+                text = f"The rivеr {i} flows sоuth past the {WORDS[i % 10]}"
+            fh.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
+    return path
+
+
+def args(corpus, workdir, out, *extra):
+    return ["audit", "--corpus", str(corpus), "--workdir", str(workdir), "--out", str(out), "--retriever",
+            "tiny-hashing", "--shard-rows", str(SHARD), "--no-ledger", *extra]
+
+
+def flags_of(out):
+    with open(out / "rsg_audit.csv", encoding="utf-8") as fh:
+        return [(r["id"], r["flagged"], r["score"], r["D"]) for r in csv.DictReader(fh)]
+
+
+def test_killed_audit_resumes_from_verified_shards_with_the_same_flags(corpus, tmp_path):
+    wd, out = tmp_path / "wd", tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_CLI, *args(corpus, wd, out)],
+                            env={**os.environ, "SIEVE_CACHE_DIR": str(tmp_path / "cache")},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:           # kill once ≥ 3 shards are recorded in the manifest
+            try:
+                if len(json.loads((wd / MANIFEST).read_text())["shards"]) >= 3:
+                    break
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    before = json.loads((wd / MANIFEST).read_text())
+    assert not before["complete"] and 3 <= len(before["shards"]) < N // SHARD
+    assert not (out / "rsg_audit.json").exists()            # killed before the audit
+    kept = len(before["shards"])
+    kept_rows = sum(s["rows"] for s in before["shards"])
+    kept_hashes = [(s["vectors_sha256"], s["docs_sha256"]) for s in before["shards"]]
+
+    res = runner.invoke(app, args(corpus, wd, out))          # the same command again
+    assert res.exit_code == 0, res.output
+    assert f"resume     {kept} shards ({kept_rows} rows) verified by sha256 and kept; embedding from row {kept_rows}" \
+        in res.output
+    assert f"{N} documents in {N // SHARD} shards" in res.output
+    shards = open_shards(wd)                                 # verifies every shard's sha256 again
+    man = shards.manifest
+    assert man["complete"] and [s["start"] for s in man["shards"]] == list(range(0, N, SHARD))
+    assert [(s["vectors_sha256"], s["docs_sha256"]) for s in man["shards"][:kept]] == kept_hashes   # not rewritten
+    for s in man["shards"]:
+        assert sha256_file(wd / s["vectors"]) == s["vectors_sha256"] and sha256_file(wd / s["docs"]) == s["docs_sha256"]
+    assert shards.ids == [f"d{i}" for i in range(N)]         # no row lost, none twice, in order
+    report = json.loads((out / "rsg_audit.json").read_text())
+    assert report["ingest"]["resumed_rows"] == kept_rows and report["ingest"]["verified_shards"] == kept
+
+    # an uninterrupted run in fresh directories: the same vectors and the same flags
+    wd2, out2 = tmp_path / "wd2", tmp_path / "out2"
+    res2 = runner.invoke(app, args(corpus, wd2, out2))
+    assert res2.exit_code == 0, res2.output
+    np.testing.assert_array_equal(open_shards(wd2).vectors[0:N], shards.vectors[0:N])
+    assert flags_of(out) == flags_of(out2)
+    assert sum(f == "1" for _, f, _, _ in flags_of(out)) == report["flags"] > 10
+    assert report["integrity_flags"] >= 10 and report["documents"] == N
+
+
+def test_damaged_shard_is_recomputed_and_said_in_one_line(corpus, tmp_path):
+    wd, out = tmp_path / "wd", tmp_path / "out"
+    assert runner.invoke(app, args(corpus, wd, out)).exit_code == 0
+    first = flags_of(out)
+    victim = wd / "shard-00007.f16.npy"
+    data = bytearray(victim.read_bytes())
+    data[-5] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    res = runner.invoke(app, args(corpus, wd, out))
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if "failed its sha256 check" in ln]
+    assert lines == [f"resume     {victim} failed its sha256 check: recomputing it and {N // SHARD - 8} later shards"]
+    assert "resume     7 shards (350 rows) verified by sha256 and kept; embedding from row 350" in res.output
+    assert flags_of(out) == first
+    assert open_shards(wd).ids == [f"d{i}" for i in range(N)]
+    again = runner.invoke(app, args(corpus, wd, out))
+    assert f"all {N // SHARD} shards ({N} rows) verified by sha256; nothing to embed" in again.output
+
+
+def test_bad_input_and_foreign_files_are_one_line_errors(corpus, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "a", "text": "fine"}) + "\n" + json.dumps({"id": "b", "txt": "x"}) + "\n")
+    res = runner.invoke(app, args(bad, tmp_path / "wdb", tmp_path / "ob"))
+    assert res.exit_code == 2 and "bad.jsonl:2: field 'text' missing or empty" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "wdb").exists()    # nothing written
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "rsg_audit.csv").write_text("my own notes\n")
+    res = runner.invoke(app, args(corpus, tmp_path / "wd", out))
+    assert res.exit_code == 2 and "rsg_audit.csv already exists and was not written by this command" in res.output
+    assert (out / "rsg_audit.csv").read_text() == "my own notes\n"
+    res = runner.invoke(app, args(corpus, tmp_path / "wd", tmp_path / "o3") + ["--shard-rows", "70"])
+    assert res.exit_code == 0, res.output                    # the first run's shard size is kept on resume
+    assert open_shards(tmp_path / "wd").manifest["chunk_rows"] == SHARD
+    res = runner.invoke(app, args(bad, tmp_path / "wd", tmp_path / "o4"))     # shards of another corpus
+    assert res.exit_code == 2 and "holds shards of another corpus or model" in res.output
+    assert open_shards(tmp_path / "wd").ids == [f"d{i}" for i in range(N)]    # left as they were
+    res = runner.invoke(app, ["audit"])
+    assert res.exit_code == 2 and "give a dataset directory or --corpus" in res.output
+    res = runner.invoke(app, ["audit", str(tmp_path), "--corpus", str(corpus)])
+    assert res.exit_code == 2 and "one of the two" in res.output
+    (tmp_path / "empty").mkdir()
+    res = runner.invoke(app, ["audit", "--corpus", str(tmp_path / "empty")])
+    assert res.exit_code == 2 and "not a shard directory" in res.output
+
+
+def test_a_shard_directory_is_audited_directly(corpus, tmp_path):
+    wd = tmp_path / "wd"
+    assert runner.invoke(app, args(corpus, wd, tmp_path / "a")).exit_code == 0
+    res = runner.invoke(app, ["audit", "--corpus", str(wd), "--out", str(tmp_path / "b"), "--no-ledger"])
+    assert res.exit_code == 0, res.output
+    assert "sha256 verified" in res.output
+    assert flags_of(tmp_path / "a") == flags_of(tmp_path / "b")
