@@ -29,8 +29,12 @@ so scoring them against their own query's documents (or even leaving only the do
 makes them look more ordinary than a new query's documents and the threshold lands too low: on the
 demo (64 calibration / 64 held-out clean questions, 40 random splits) the held-out clean removal was
 6.2 % on average at a 5 % budget with leave-one-out p-values and 5.2–5.6 % with query-level
-cross-fitting. The removal threshold is the budget rule of :mod:`sieve.defenses.budget`
-(docs/algorithms.md §9.2) on the clean scores. No attack document is read: rankings with a
+cross-fitting. The per-document threshold is the budget rule of :mod:`sieve.defenses.budget`
+(docs/algorithms.md §9.2) on the clean scores. The refill then scores more documents of the queries
+where something was removed, and those queries are the unusual ones, so the budget is finally
+applied to the whole procedure: the threshold is raised (bisection over the clean scores) until the
+rescored refill, run on every calibration query by a detector fitted on the other query folds,
+removes at most the budget of the clean documents it scores. No attack document is read: rankings with a
 poison-labelled document or a non-clean condition are refused.
 
 Default evidence: every method except ``ragdefender``, whose ~90 ms per query (measured warm at
@@ -47,6 +51,7 @@ pushed the document over (p ≤ 0.05 against the clean documents).
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import TYPE_CHECKING, Any, Sequence
@@ -56,7 +61,7 @@ import numpy as np
 from sieve.constants import CLEAN, CLEAN_BUDGET, K_CTX
 from sieve.defenses.answer_evidence import corroboration
 from sieve.defenses.base import Defense
-from sieve.defenses.budget import removal_threshold
+from sieve.defenses.budget import budget_index, removal_threshold
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Inspection, Ranking
 
@@ -282,9 +287,63 @@ class Fusion(Defense):
         self.minp_null_ = np.sort(np.asarray([minp_stat(list(p.values())) for p in per if p]))
         scores = [self._combined(p, member=True) for p in per if p]
         self.clean_scores_ = scores
-        self.threshold_ = removal_threshold(scores, clean_budget)
+        self.document_threshold_ = removal_threshold(scores, clean_budget)
+        self.threshold_, self.calibration_removal_ = self._procedure_threshold(
+            clean_rankings, resources, k_ctx, rows, query_of, per, scores, clean_budget)
         self.set_params(threshold=self.threshold_)
         return self
+
+    def _procedure_threshold(self, rankings: list[Ranking], resources: "Resources", k_ctx: int | None,
+                             rows: list[dict[str, float]], query_of: list[int], per: list[dict[str, float]],
+                             scores: list[float], budget: float) -> tuple[float, tuple[int, int]]:
+        """The smallest threshold at or above the per-document one at which the whole procedure —
+        first context and every rescored refill round — removes at most ``budget`` of the clean
+        documents it scores on the calibration rankings, each query scored by a detector fitted on
+        the other query folds (docs/algorithms.md §14.2). Returns (threshold, (removed, scored))."""
+        queries = sorted(set(query_of))
+        folds = min(int(self.calibration_folds), len(queries))
+        if folds < 2 or int(self.max_rounds) < 2:
+            return self.document_threshold_, (sum(s >= self.document_threshold_ for s in scores), len(scores))
+        fold_of = {q: j % folds for j, q in enumerate(queries)}
+        states = []
+        for k in range(folds):
+            other = [j for j, q in enumerate(query_of) if fold_of[q] != k]
+            st = copy.copy(self)
+            st.null_ = self._nulls([rows[j] for j in other])
+            st.fisher_null_ = np.sort(np.asarray([fisher_stat(list(per[j].values())) for j in other if per[j]]))
+            st.minp_null_ = np.sort(np.asarray([minp_stat(list(per[j].values())) for j in other if per[j]]))
+            states.append(st)
+
+        def removal(t: float) -> tuple[int, int]:
+            removed = scored = 0
+            for q, r in enumerate(rankings):
+                if q in fold_of:
+                    seen, gone, _ = states[fold_of[q]]._rounds(r, resources, k_ctx, t)
+                    scored += len(seen)
+                    removed += len(gone)
+            return removed, scored
+
+        def within(counts: tuple[int, int]) -> bool:
+            return counts[0] <= budget_index(counts[1], budget)
+
+        candidates = sorted({float(np.nextafter(s, np.inf)) for s in scores if s >= self.document_threshold_}
+                            | {self.document_threshold_})
+        lo, hi = 0, len(candidates) - 1
+        best = removal(candidates[lo])
+        if within(best):
+            return candidates[lo], best
+        top = removal(candidates[hi])
+        if not within(top):
+            return candidates[hi], top
+        best = top
+        while hi - lo > 1:               # removal falls as the threshold rises: bisect to the lowest within budget
+            mid = (lo + hi) // 2
+            counts = removal(candidates[mid])
+            if within(counts):
+                hi, best = mid, counts
+            else:
+                lo = mid
+        return candidates[hi], best
 
     def _nulls(self, rows: list[dict[str, float]]) -> dict[str, np.ndarray]:
         null = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64)) for e in self.evidence}

@@ -133,3 +133,18 @@ def test_default_evidence_leaves_out_ragdefender_and_combine_is_checked():
     m = Fusion(evidence=("l2", "cohesion"), combine="minp").calibrate(_clean_rankings(), res)
     assert sum(s >= f.threshold for s in f.clean_scores_) <= int(0.05 * len(f.clean_scores_))
     assert sum(s >= m.threshold for s in m.clean_scores_) <= int(0.05 * len(m.clean_scores_))
+
+
+def test_the_budget_bounds_the_whole_refill_procedure_on_calibration_queries():
+    """Raising the threshold for the refill: the rescored procedure, run on every calibration query
+    by a detector fitted on the other query folds, removes at most the budget of what it scores, and
+    the threshold never drops below the per-document one."""
+    res = resources_with()
+    rankings = [ranking_of(f"Tell me about region {j} and its trade", CLEAN[j:j + 25]) for j in range(20)]
+    d = Fusion(evidence=("l2", "cohesion", "answer"), calibration_folds=4).calibrate(rankings, res, clean_budget=0.1)
+    removed, scored = d.calibration_removal_
+    assert scored >= 5 * len(rankings)
+    assert removed <= int(0.1 * scored)
+    assert d.threshold >= d.document_threshold_
+    single = Fusion(evidence=("l2", "cohesion", "answer"), max_rounds=1).calibrate(rankings, res, clean_budget=0.1)
+    assert single.threshold == single.document_threshold_
