@@ -40,18 +40,33 @@ with state.page_guard("Attack lab"):
     ds = state.dataset()
     class_mode = st.toggle("Class mode (the whole demo in under a minute)", value=False, key="lab_class",
                            help="Uses the dataset's own pr_b poisons (no generation), 5 poisons, the TRIS L2 "
-                                "defense (no model) and 3 short answers that stay cached for the next class.")
-    try:
-        run_records = state.run(st.session_state["run_dir"]).records
-    except Exception:  # noqa: BLE001 - no answers run: questions are simply not pre-checked
-        run_records = []
-    checked = L.clean_answer_status(run_records)
+                                "defense (no model) and the answers shipped with the demo for every demo question "
+                                "(demo_data/answers/lab_answers.json; a custom target answer is answered live, then "
+                                "cached). Questions whose attack flips the answer are listed first.")
+    shipped = state.shipped_answers()
+    checked: dict = {}
+    if len(shipped.questions) < len(ds.targets):   # questions the shipped file does not cover: the answers run
+        try:
+            run_records = state.run(st.session_state["run_dir"]).records
+        except Exception:  # noqa: BLE001 - no answers run: questions are simply not pre-checked
+            run_records = []
+        checked = L.clean_answer_status(run_records)
+    checked.update({qid: {"answer": q["clean_answer"], "correct": bool(q["correct"]),
+                          "flips": bool(q.get("class_mode_attack_succeeds"))} for qid, q in shipped.questions.items()})
     if ds.targets:
         good = [t for t in ds.targets if checked.get(t.query_id, {}).get("correct")]
-        only_good = st.toggle(f"Only questions the clean pipeline answers correctly ({len(good):d} checked)",
+        if class_mode:   # questions whose class-mode attack is known to flip the answer come first
+            good.sort(key=lambda t: not checked[t.query_id].get("flips", False))
+        only_good = st.toggle(f"Only questions the clean pipeline answers correctly ({len(good):d} of "
+                              f"{len(ds.targets):d} checked correct)",
                               value=bool(good), key="lab_only_good", disabled=not good,
-                              help="Checked with the undefended pipeline's recorded clean answers (answers run "
-                                   "on the Trade-offs page). A flip only tells a story when the clean answer is right.")
+                              help="Checked by answering each question from the clean index's top-5 with the local "
+                                   "model and matching the gold answers (normalised substring, docs/algorithms.md "
+                                   "§9.1): the demo ships these answers (demo_data/answers/lab_answers.json); other "
+                                   "questions fall back to the answers run of the Trade-offs page. A flip only tells "
+                                   "a story when the clean answer is right.")
+        if not shipped.usable and shipped.reason:
+            st.caption(f"Shipped answers not used: {md(shipped.reason)}.")
         pool = good if (only_good and good) else list(ds.targets)
 
         def _mark(qid: str) -> str:
@@ -59,7 +74,8 @@ with state.page_guard("Attack lab"):
             return "✓ clean answer correct" if c and c["correct"] else ("✗ clean answer wrong" if c else "not checked")
 
         labels = {t.query_id: f"{snippet(t.query, 80)} — {_mark(t.query_id)}" for t in pool}
-        qid = st.selectbox("Question to attack", list(labels), format_func=lambda q: labels[q], key="lab_target")
+        qid = st.selectbox("Question to attack", list(labels), format_func=lambda q: labels[q],
+                           key="lab_target_class" if class_mode else "lab_target")   # class mode starts on a flip
         target = ds.targets_by_query[qid]
     else:
         st.info("This dataset has no targets.jsonl; describe a target by hand.")
@@ -75,7 +91,9 @@ with state.page_guard("Attack lab"):
     if c is not None:
         st.caption(("✓ The clean pipeline answers correctly: " if c["correct"] else
                     "✗ The clean pipeline already answers wrongly — pick another question for a clear flip: ")
-                   + md(snippet(c["answer"], 160)))
+                   + md(snippet(c["answer"], 160))
+                   + (" · in class mode the undefended answer flips to the target" if class_mode and c.get("flips")
+                      else ""))
     original_answer = target.target_answer
     custom = st.text_input("Target answer the attacker wants", value=original_answer, key=f"lab_custom_{target.query_id}",
                            help="Change it to make the poisons assert your own false answer (the payloads' answer "
@@ -100,11 +118,8 @@ with state.page_guard("Attack lab"):
     box_id = (family, target.query_id, target.target_answer)
 
     def load_dataset_poisons() -> None:
-        rec = next(r for r in ds.attack_records(family) if r.query_id == target.query_id)
-        from sieve.types import Document
-
-        docs = [Document(f"lab:{d.id}", d.text, d.title, True, dict(d.metadata)) for d in rec.documents[:volume]]
-        docs = L.retarget_documents(docs, original_answer, target.target_answer)
+        docs = L.retarget_documents(L.dataset_poisons(ds, family, target, volume), original_answer,
+                                    target.target_answer)
         st.session_state[sandbox_key] = {"id": box_id, "family": family, "qid": target.query_id, "docs": docs,
                                          "stats": {}}
 
@@ -189,16 +204,17 @@ with state.page_guard("Attack lab"):
                          column_config={"text": st.column_config.TextColumn("text", width="large")})
 
     if st.button("Generate answers (clean, poisoned, defended)", key="lab_answers"):
-        ctxs = {"clean index": [d.text for d in clean_r.top(k_ctx)]}
-        ctxs.update({("poisoned, undefended" if n == "none" else f"poisoned + {n}"): [d.text for d in r.context]
-                     for n, r in results.items()})
+        ctxs = L.answer_contexts(clean_r, results, k_ctx)
         out: dict = {}
-        bar = st.progress(0.0, text="Generating answers with the local model (loads once)…")
+        bar = st.progress(0.0, text="Generating answers (shipped and cached answers return at once; the local "
+                                    "model loads only for a new context)…")
         t0 = time.perf_counter()
+
+        def step(j: int, n: int, name: str) -> None:
+            bar.progress(j / n, text=f"Answering from the context: {md(name)} ({j + 1:d} of {n:d})…")
+
         try:
-            for j, (name, texts) in enumerate(ctxs.items()):
-                bar.progress(j / len(ctxs), text=f"Answering from the context: {md(name)} ({j + 1:d} of {len(ctxs):d})…")
-                out.update(E.generate_answers(res, target.query, {name: texts}))
+            out = E.generate_answers(res, target.query, ctxs, shipped=shipped, on_step=step)
         except Exception as e:  # noqa: BLE001
             state.show_error("Generation failed", e)
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from sieve.dashboard.safe import snippet
 from sieve.types import Decision, DefenseResult, Ranking
@@ -12,6 +12,7 @@ from sieve.types import Decision, DefenseResult, Ranking
 if TYPE_CHECKING:
     import pandas as pd
 
+    from sieve.dashboard.lab import ShippedAnswers
     from sieve.defenses.base import Defense
     from sieve.experiment import Experiment
     from sieve.resources import Resources
@@ -118,15 +119,32 @@ def tris_layers(dec: Decision | None) -> dict[str, Any]:
     return out
 
 
-def generate_answers(resources: "Resources", query: str, contexts: dict[str, Sequence[str]]) -> dict[str, str]:
+def generate_answers(resources: "Resources", query: str, contexts: dict[str, Sequence[str]],
+                     shipped: "ShippedAnswers | None" = None,
+                     on_step: Callable[[int, int, str], None] | None = None) -> dict[str, str]:
     """Answer ``query`` from each named context with the configured generator (local Qwen by
-    default) through the answer cache. Raises :class:`~sieve.models.errors.LLMError` on failure."""
+    default) through the answer cache; with usable ``shipped`` answers (the demo's
+    ``demo_data/answers/lab_answers.json``) those are looked up first and the model is loaded only
+    for a context nobody answered yet. ``on_step(i, n, name)`` runs before each answer.
+    Raises :class:`~sieve.models.errors.LLMError` on failure."""
+    from sieve.dashboard.lab import LazyLLM, ShippedFirstCache
     from sieve.evaluation.answers import AnswerCache, Generator
 
     cache_path = None if getattr(resources, "_models_injected", False) else \
         Path(resources.config.cache_dir) / "dashboard-answers.sqlite"
-    gen = Generator(resources.llm, AnswerCache(cache_path))
-    return {name: gen.answer(query, list(texts)).text for name, texts in contexts.items()}
+    cache: Any = AnswerCache(cache_path)
+    llm: Any
+    if shipped is not None and shipped.usable:
+        cache, llm = ShippedFirstCache(cache, shipped), LazyLLM(resources, shipped.model_id)
+    else:
+        llm = resources.llm
+    gen = Generator(llm, cache)
+    out = {}
+    for i, (name, texts) in enumerate(contexts.items()):
+        if on_step is not None:
+            on_step(i, len(contexts), name)
+        out[name] = gen.answer(query, list(texts)).text
+    return out
 
 
 def answer_verdict(answer: str, correct: Sequence[str], target: str) -> str:

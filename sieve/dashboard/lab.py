@@ -1,7 +1,9 @@
 """The Attack lab's data: poisons generated for one target, ranked on a sandbox snapshot."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from sieve.types import Document, Ranking, Target
 
@@ -94,3 +96,162 @@ def clean_answer_status(run_records: Sequence[dict[str, Any]]) -> dict[str, dict
         ok = bool(r.get("correct_answers")) and clean_correct(r["answer"], r["correct_answers"])
         out[r["query_id"]] = {"answer": r["answer"], "correct": ok}
     return out
+
+
+def dataset_poisons(dataset: Any, family: str, target: Target, volume: int) -> list[Document]:
+    """The dataset's own ``family`` poisons for ``target`` (first ``volume``), ids prefixed ``lab:``."""
+    rec = next(r for r in dataset.attack_records(family) if r.query_id == target.query_id)
+    return [Document(f"lab:{d.id}", d.text, d.title, True, dict(d.metadata)) for d in rec.documents[:volume]]
+
+
+def answer_contexts(clean: Ranking, results: Mapping[str, Any], k_ctx: int) -> dict[str, list[str]]:
+    """The contexts the lab answers from, by display name: the clean index's top ``k_ctx``, then the
+    context each defense (``none`` = undefended) handed to the generator on the poisoned sandbox."""
+    out = {"clean index": [d.text for d in clean.top(k_ctx)]}
+    out.update({("poisoned, undefended" if n == "none" else f"poisoned + {n}"): [d.text for d in r.context]
+                for n, r in results.items()})
+    return out
+
+
+# ---- shipped answers (demo_data/answers/lab_answers.json) -----------------------------------------
+#: Answers shipped with the demo for the lab: the clean answer of every demo target (which questions
+#: the clean pipeline answers correctly) and the class-mode answers, built once with the local model by
+#: ``scripts/build_lab_answers.py``.
+SHIPPED_ANSWERS = Path(__file__).resolve().parents[2] / "demo_data" / "answers" / "lab_answers.json"
+
+
+@dataclass
+class ShippedAnswers:
+    """The shipped answer file, checked against the running configuration. Replies are keyed by the
+    answer cache's (model id, prompt hash) — the hash covers the question and every context text, so
+    a changed corpus, poison or ranking simply misses and is generated live. ``verified`` holds the
+    per-question clean-answer checks, valid only for the same corpus, retriever and model."""
+
+    model_id: str
+    replies: dict[str, str]
+    questions: dict[str, dict[str, Any]]
+    usable: bool
+    reason: str = ""
+
+
+def _body_sha256(body: Mapping[str, Any]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def write_shipped_answers(path: str | Path, body: Mapping[str, Any]) -> None:
+    """Write ``body`` with its checksum (``sha256`` over the sorted JSON of the body)."""
+    import json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {**body, "sha256": _body_sha256(body)}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def expected_llm(config: Any) -> str | None:
+    """The local model name the configuration answers with, or None for an endpoint / no LLM (shipped
+    answers are only used for the local model they were built with)."""
+    if not config.llm.enabled or config.llm.resolved_base_url():
+        return None
+    return str(config.llm.local_model)
+
+
+def load_shipped_answers(dataset: Any, config: Any, path: str | Path | None = None) -> ShippedAnswers:
+    """The shipped answers usable with ``dataset`` and ``config`` (``usable`` False, with the reason,
+    when the file is missing or damaged, or was built for another corpus, retriever or model)."""
+    import json
+
+    p = Path(path or SHIPPED_ANSWERS)
+    empty = ShippedAnswers("", {}, {}, False)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+        body = {k: v for k, v in doc.items() if k != "sha256"}
+        if doc.get("sha256") != _body_sha256(body):
+            empty.reason = f"{p.name}: checksum mismatch (damaged file); rebuild with scripts/build_lab_answers.py"
+            return empty
+    except FileNotFoundError:
+        empty.reason = f"no shipped answers ({p.name})"
+        return empty
+    except (OSError, ValueError) as e:
+        empty.reason = f"{p.name}: unreadable ({e})"
+        return empty
+    why = []
+    if body.get("corpus_sha256") != dataset.content_hash():
+        why.append("another corpus")
+    if body.get("retriever") != config.models.retriever:
+        why.append("another retriever")
+    if body.get("llm_local_model") != expected_llm(config):
+        why.append("another generator")
+    if why:
+        empty.reason = f"the shipped answers were built for {', '.join(why)}; answers are generated live"
+        return empty
+    targets = dataset.targets_by_query
+    questions = {qid: q for qid, q in (body.get("questions") or {}).items()
+                 if qid in targets and q.get("question") == targets[qid].query
+                 and list(q.get("correct_answers") or []) == list(targets[qid].correct_answers)}
+    return ShippedAnswers(str(body["llm_model_id"]), dict(body.get("replies") or {}), questions, True)
+
+
+class ShippedFirstCache:
+    """An answer cache that looks in the shipped replies first, then in ``cache`` (an
+    :class:`~sieve.evaluation.answers.AnswerCache`); new replies go to ``cache``."""
+
+    def __init__(self, cache: Any, shipped: ShippedAnswers):
+        self.cache = cache
+        self.shipped = shipped
+        self.hits = 0
+
+    def get(self, model_id: str, prompt_hash: str) -> str | None:
+        if self.shipped.usable and model_id == self.shipped.model_id and prompt_hash in self.shipped.replies:
+            self.hits += 1
+            return self.shipped.replies[prompt_hash]
+        return self.cache.get(model_id, prompt_hash)
+
+    def put(self, model_id: str, prompt_hash: str, reply: str) -> None:
+        self.cache.put(model_id, prompt_hash, reply)
+
+
+class LazyLLM:
+    """The configured generator, loaded on the first real call: with every answer shipped or cached,
+    the local model is never loaded. ``model_id`` is the shipped file's (only used when the
+    configuration names the same local model); a loaded model with another id is an error."""
+
+    def __init__(self, resources: "Resources", model_id: str):
+        self.resources = resources
+        self.model_id = model_id
+
+    def generate(self, prompt: str, **kw: Any) -> str:
+        from sieve.models.errors import LLMError
+
+        llm = self.resources.llm
+        if llm is None:
+            raise LLMError("generation needs an LLM, but LLM use is disabled in the configuration (llm.enabled)")
+        if llm.model_id != self.model_id:
+            raise LLMError(f"the loaded generator is {llm.model_id}, the shipped answers are for {self.model_id}")
+        return llm.generate(prompt, **kw)
+
+
+def class_mode_run(experiment: "Experiment", target: Target, poisons: Sequence[Document], k_ctx: int,
+                   calibration: Mapping[str, Mapping[str, Any]] | None = None,
+                   specs: Sequence[str] = CLASS_MODE["defenses"]) -> tuple[Ranking, Ranking, dict[str, Any]]:
+    """The lab's experiment for one target: the clean ranking, the poisoned sandbox ranking and each
+    defense's result (``none`` first) — what the page shows and what ``scripts/build_lab_answers.py``
+    answers, through the same calls. A defense that fails raises."""
+    from sieve.constants import CLEAN
+    from sieve.dashboard import session as S
+
+    res = experiment.resources
+    clean = experiment.rank(target.query, condition=CLEAN, query_id=target.query_id,
+                            correct_answers=target.correct_answers, target_answer=target.target_answer)
+    poisoned = lab_ranking(experiment, target, CLASS_MODE["family"], poisons)
+    sandbox = lab_snapshot(experiment, CLASS_MODE["family"], poisons)
+    results = {"none": S.prepare(experiment, "none").apply(poisoned, res, k_ctx=k_ctx)}
+    for spec in specs:
+        results[spec] = S.prepare(experiment, spec, snapshot=sandbox, calibration=calibration).apply(poisoned, res,
+                                                                                                    k_ctx=k_ctx)
+    return clean, poisoned, results

@@ -233,6 +233,22 @@ def projection(content_key: str, method: str, _vectors: Any, n_neighbors: int = 
     return G.project_2d(_vectors, method, n_neighbors=n_neighbors)
 
 
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _shipped_answers(key: str, mtime_key: str, _ds: "Dataset", _config: Any) -> Any:
+    from sieve.dashboard import lab as L
+
+    return L.load_shipped_answers(_ds, _config)
+
+
+def shipped_answers() -> Any:
+    """The Attack lab's shipped answers (:class:`sieve.dashboard.lab.ShippedAnswers`), checked once
+    per dataset and process against the corpus, retriever and generator in use."""
+    from sieve.dashboard import lab as L
+
+    ds = dataset()
+    return _shipped_answers(_ds_key(ds), f"{L.SHIPPED_ANSWERS}|{_mtime_key(str(L.SHIPPED_ANSWERS))}", ds, resources().config)
+
+
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _run(path: str, mtime_key: str) -> R.RunData:
     return R.load_run(path)

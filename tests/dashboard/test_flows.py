@@ -159,7 +159,7 @@ def test_attack_lab_class_mode_custom_target_and_contexts(dash_env):
         assert all(lab.endswith("✓ clean answer correct") for lab in labels), "only questions answered correctly"
     at.toggle(key="lab_class").set_value(True).run()
     no_error(at)
-    qid = at.selectbox(key="lab_target").value
+    qid = at.selectbox(key="lab_target_class").value
     at.text_input(key=f"lab_custom_{qid}").set_value("Atlantis").run()
     no_error(at)
     poisons = at.dataframe[0].value
