@@ -1,5 +1,8 @@
 """RSG — RAGSieve's corpus-time graph detector (docs/algorithms.md §4; RS:graph.py, integrity.py).
 
+Size: just over 500 lines — the audit (§4.1–§4.5), its row view and the defense stay together so the
+one rule is read in one place.
+
 For every document of a corpus snapshot:
 
 1. exact kNN graph on the retriever's own (re-normalised float32) vectors, k = min(16, N − 1),
@@ -25,6 +28,7 @@ functions shared with the Ray engine (sieve/scale/ray_engine.py).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -367,6 +371,34 @@ def audit_corpus(ids: Sequence[str], texts: Sequence[str], vectors: Any,
     return assemble_audit(ids, texts, knn.ids, knn.sims, p, knn_plan=knn.plan.to_dict(), recall=recall)
 
 
+_AUDIT_CACHE: "OrderedDict[tuple[Any, ...], RSGAudit]" = OrderedDict()
+_AUDIT_CACHE_SIZE = 4
+
+
+def _cached_audit(ids: list[str], texts: list[str], vectors: Any, p: RSGParams) -> RSGAudit:
+    """:func:`audit_corpus` memoised by the snapshot's content (ids, texts, vector bytes) and the
+    parameters: ``rsg``, ``rsg_rsq`` and fusion fit the same condition's snapshot one after the
+    other in ``sieve eval``; the audit is deterministic, so they share one (callers do not modify it)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for i, t in zip(ids, texts):
+        h.update(i.encode("utf-8", "surrogatepass") + b"\0" + str(t).encode("utf-8", "surrogatepass") + b"\0")
+    x = np.ascontiguousarray(np.asarray(vectors))
+    h.update(repr((x.shape, x.dtype.str)).encode())
+    h.update(x.tobytes())
+    key = (h.digest(), repr(sorted(asdict(p).items())))
+    hit = _AUDIT_CACHE.get(key)
+    if hit is not None:
+        _AUDIT_CACHE.move_to_end(key)
+        return hit
+    audit = audit_corpus(ids, texts, vectors, p)
+    _AUDIT_CACHE[key] = audit
+    if len(_AUDIT_CACHE) > _AUDIT_CACHE_SIZE:
+        _AUDIT_CACHE.popitem(last=False)
+    return audit
+
+
 def _plan_args(p: RSGParams) -> dict[str, Any]:
     return {"nprobe": p.ivf_nprobe, "hnsw_m": p.hnsw_m, "ef_search": p.hnsw_ef_search}
 
@@ -466,7 +498,7 @@ class RSG(Defense):
     def fit(self, snapshot: Any, resources: "Resources | None" = None) -> "RSG":
         """Audit ``snapshot`` (``ids``, ``documents`` with ``.text``, ``vectors``) and store ``audit_``."""
         texts = [getattr(d, "text", d) for d in snapshot.documents]
-        self.audit_ = audit_corpus(list(snapshot.ids), texts, snapshot.vectors, self.rsg_params())
+        self.audit_ = _cached_audit(list(snapshot.ids), texts, snapshot.vectors, self.rsg_params())
         self.flagged_ids_ = set(self.audit_.flagged_ids)
         return self
 

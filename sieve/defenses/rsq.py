@@ -364,13 +364,39 @@ def _single_thread_blas() -> Any:
         return contextlib.nullcontext()
 
 
+_CANDIDATES: "OrderedDict[tuple[Any, ...], tuple[Any, list[CandidateScore], dict[str, float]]]" = OrderedDict()
+_CANDIDATES_SIZE = 512
+
+
 def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float = DECISION_THRESHOLD,
                      trace_tokens: bool = True, inline_traces: bool = False
                      ) -> tuple[list[CandidateScore], dict[str, float]]:
     """Score ranks 1–5 of ``ranking`` against ranks 6–20 (§3.2–3.6). Requires ≥ 20 documents.
 
-    Returns the five candidate rows and a per-stage latency breakdown (ms).
+    Returns the five candidate rows and a per-stage latency breakdown (ms). The rows depend only on
+    the query, the top 20 (id, rank, text), the parameters and the models, and are memoised on
+    those (``rsq``, ``rsq_rescore``'s first round, ``rsg_rsq`` and fusion score the same ranking in
+    one ``sieve eval``); a repeat returns fresh copies and the breakdown ``{"memoised": ms}``.
+    Callers must not modify the rows.
     """
+    t0 = time.perf_counter()
+    top = ranking.documents[:CONTEXT_SIZE]
+    key = (id(resources), ranking.query, tuple((d.id, d.rank, d.text) for d in top), float(eta_q),
+           bool(trace_tokens), bool(inline_traces))
+    hit = _CANDIDATES.get(key)
+    if hit is not None and hit[0] is resources:
+        _CANDIDATES.move_to_end(key)
+        return list(hit[1]), {"memoised": (time.perf_counter() - t0) * 1000}
+    rows, lat = _score_candidates(ranking, resources, eta_q=eta_q, trace_tokens=trace_tokens,
+                                  inline_traces=inline_traces)
+    _CANDIDATES[key] = (resources, rows, lat)   # the resources are kept: their id cannot be reused
+    if len(_CANDIDATES) > _CANDIDATES_SIZE:
+        _CANDIDATES.popitem(last=False)
+    return list(rows), lat
+
+
+def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float, trace_tokens: bool,
+                      inline_traces: bool) -> tuple[list[CandidateScore], dict[str, float]]:
     docs = ranking.documents[:CONTEXT_SIZE]
     if len(docs) < CONTEXT_SIZE:
         raise ValueError(UNAVAILABLE_REASON)

@@ -1,5 +1,8 @@
 """TRIS — the Tri-Layer Retrieval Integrity Sieve (docs/algorithms.md §2).
 
+Size: just over 500 lines — the three layers (§2.2–§2.4), their serial composition and the presets
+share one module so the layer rules and the preset table are read together.
+
 L1 judge-space K-Means majority keep (§2.2) → L2 structural prefix filter on L1's survivors (§2.3)
 → optional L3 LLM consistency check on L2's survivors (§2.4, :mod:`sieve.defenses.l3`).
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -37,6 +41,8 @@ L3_DEFAULT_DELTA = 1.0
 
 
 _THREADPOOLS: Any = None
+_KMEANS_CACHE: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
+_KMEANS_CACHE_SIZE = 1024
 
 
 def fit_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int = 10, max_iter: int = 300) -> Any:
@@ -45,7 +51,31 @@ def fit_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int = 
     Inputs here are tiny (k ≤ a few hundred rows); OpenMP worker threads only add start-up cost and,
     on a loaded 2-core machine, turned a 3 ms fit into 400 ms. Duplicate rows (fewer distinct points
     than clusters) are allowed; scikit-learn's warning about them is silenced.
+
+    The fit is deterministic (fixed ``random_state``, one thread), so fits are memoised by the bytes
+    of ``X`` and the parameters: TRIS presets, TrustRAG and fusion cluster the same ranking's
+    embeddings in one ``sieve eval`` and share one fit (same labels and centres as a new fit).
+    Callers must not modify the returned estimator.
     """
+    import hashlib
+
+    if not isinstance(random_state, (int, np.integer)):   # unseeded: every fit is its own
+        return _fit_kmeans(X, n_clusters, random_state, n_init, max_iter)
+    Xc = np.ascontiguousarray(X)
+    key = (hashlib.blake2b(Xc.tobytes(), digest_size=16).digest(), Xc.shape, Xc.dtype.str, int(n_clusters),
+           int(random_state), int(n_init), int(max_iter))
+    hit = _KMEANS_CACHE.get(key)
+    if hit is not None:
+        _KMEANS_CACHE.move_to_end(key)
+        return hit
+    km = _fit_kmeans(X, n_clusters, random_state, n_init, max_iter)
+    _KMEANS_CACHE[key] = km
+    if len(_KMEANS_CACHE) > _KMEANS_CACHE_SIZE:
+        _KMEANS_CACHE.popitem(last=False)
+    return km
+
+
+def _fit_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int, max_iter: int) -> Any:
     from sklearn.cluster import KMeans
 
     global _THREADPOOLS

@@ -9,6 +9,7 @@ change the per-document decisions, because the consolidated text does not name d
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
@@ -65,6 +66,36 @@ def _cohesion(idx: list[int], sims: np.ndarray) -> float | None:
     sub = sims[np.ix_(idx, idx)]
     iu = np.triu_indices(len(idx), 1)
     return float(sub[iu].mean())
+
+
+_ROUGE_CACHE: "OrderedDict[tuple[str, str], float]" = OrderedDict()
+_ROUGE_CACHE_SIZE = 100_000
+
+
+def pairwise_rouge(texts: list[str]) -> np.ndarray:
+    """Symmetric ROUGE-L F1 matrix over ``texts`` (:func:`sieve.defenses.text.rouge_l` on word
+    tokens; zero diagonal). Pair values are memoised by the two texts (ROUGE-L is symmetric): the
+    rankings of one query under different attack conditions, and calibration and evaluation on the
+    same clean rankings, share most pairs, so ``sieve eval`` computes each pair once."""
+    m = len(texts)
+    rouge = np.zeros((m, m))
+    toks: list[list[str] | None] = [None] * m
+    for i in range(m):
+        for j in range(i + 1, m):
+            a, b = texts[i], texts[j]
+            key = (a, b) if a <= b else (b, a)
+            v = _ROUGE_CACHE.get(key)
+            if v is None:
+                if toks[i] is None:
+                    toks[i] = word_tokens(a)
+                if toks[j] is None:
+                    toks[j] = word_tokens(b)
+                v = rouge_l(toks[i], toks[j])
+                _ROUGE_CACHE[key] = v
+                if len(_ROUGE_CACHE) > _ROUGE_CACHE_SIZE:
+                    _ROUGE_CACHE.popitem(last=False)
+            rouge[i, j] = rouge[j, i] = v
+    return rouge
 
 
 def trustrag_filter(emb: np.ndarray, rouge: np.ndarray, rouge_threshold: float = 0.25,
@@ -179,11 +210,7 @@ class TrustRAG(Defense):
         docs = ranking.documents
         m = len(docs) if self.max_docs is None else min(len(docs), int(self.max_docs))
         scope = docs[:m]
-        toks = [word_tokens(d.text) for d in scope]
-        rouge = np.zeros((m, m))
-        for i in range(m):
-            for j in range(i + 1, m):
-                rouge[i, j] = rouge[j, i] = rouge_l(toks[i], toks[j])
+        rouge = pairwise_rouge([d.text for d in scope])
         emb = resources.judge_embeddings([d.text for d in scope]) if m >= 3 else np.zeros((m, 1), np.float32)
         res = trustrag_filter(emb, rouge, self.rouge_threshold, self.cohesion_threshold, self.random_state)
         kept = set(res.kept)

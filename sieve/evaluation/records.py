@@ -1,12 +1,28 @@
-"""The run directory's records: JSON helpers, ``records.jsonl`` reading, record identity.
+"""The run directory's records: JSON helpers, reading and writing records, record identity.
 
-One line of ``records.jsonl`` per (query, condition, defense), appended and flushed per item by
-:mod:`sieve.evaluation.runner`; a later line for the same key replaces an earlier one.
+One record per (query, condition, defense), appended and flushed per item by
+:mod:`sieve.evaluation.runner`; a later record for the same key replaces an earlier one. Every
+reader goes through :func:`read_records`, which returns whole records (``ranking``, ``decisions``,
+``info`` inline) whatever the format on disk, so the dashboard and ``sieve report`` need no format
+knowledge:
+
+* **format 2** (written since issue 15): ``records.jsonl`` holds one small line per record with a
+  ``ranking_ref`` and a ``detail_ref``; each (query, condition) ranking is stored once in
+  ``rankings.jsonl``; the decisions (column-wise, evidence included) and ``info`` of each record
+  are in ``decisions.jsonl.gz`` (one gzip line per record, sync-flushed per item so an interrupted
+  run keeps every finished item). Side-file lines are ``{"ref": <sha256[:16] of body>, "body": …}``
+  and are verified on every read; the run config stores each side file's size and the sha256 of
+  that prefix (``side_files``), checked on open (appends after the last checkpoint are allowed and
+  still verified line by line).
+* **format 1**: ``records.jsonl`` with every field inline (read as it is).
+* **compact shipped run**: only ``records.compact.jsonl.gz`` (dashboard demo run), read as it is.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import zlib
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -40,8 +56,25 @@ def jsonable(x: Any) -> Any:
     return str(x)
 
 
-def dumps(obj: Any) -> str:
-    return json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False)
+def _default(x: Any) -> Any:
+    if isinstance(x, (set, frozenset)):
+        return sorted(x, key=str)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return jsonable(x)
+
+
+def dumps(obj: Any, compact: bool = False) -> str:
+    """``json.dumps(jsonable(obj))`` in one pass: the encoder converts numpy values, sets, paths and
+    dataclasses as :func:`jsonable` does; objects it cannot encode that way (non-finite floats,
+    non-string keys) go through :func:`jsonable` first, so the text is the same either way."""
+    seps = (",", ":") if compact else None
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False, default=_default, separators=seps)
+    except (ValueError, TypeError):
+        return json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False, separators=seps)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -110,19 +143,46 @@ def read_run_config(path: Path) -> dict[str, Any]:
     return obj
 
 
-def read_records(run_dir: str | Path, repair: bool = False) -> list[dict[str, Any]]:
-    """Read ``records.jsonl``. A truncated last line (a run interrupted mid-write) is ignored, and
-    removed from the file when ``repair``; a malformed line elsewhere is an error naming the line."""
-    path = Path(run_dir) / "records.jsonl"
-    if not path.exists():
-        return []
+RECORDS = "records.jsonl"
+RANKINGS = "rankings.jsonl"
+DETAILS = "decisions.jsonl.gz"
+COMPACT_RECORDS = "records.compact.jsonl.gz"
+#: Files holding a run's records (``--force`` removes them; none may be a dataset file).
+RECORD_FILES = (RECORDS, RANKINGS, DETAILS)
+RECORDS_FORMAT = 2
+#: The run config key with the side files' checkpoint (size + sha256 of that prefix).
+SIDE_FILES_KEY = "side_files"
+#: Columns of a decision (the fields of :class:`sieve.types.Decision`, in order).
+_DECISION_FIELDS = ("doc_id", "removed", "status", "score", "threshold", "evidence", "reason", "layer")
+_HEAD = '{"ref":"'
+_BODY = '","body":'
+_REF_LEN = 16
+
+
+def _ref(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:_REF_LEN]
+
+
+def _ref_line(ref: str, body: str) -> str:
+    return f"{_HEAD}{ref}{_BODY}{body}}}\n"
+
+
+def _read_text(path: Path) -> str:
     try:
-        raw = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         line = path.read_bytes()[: e.start].count(b"\n") + 1
         raise RunError(f"{path}:{line}: not UTF-8 text (damaged); repair or delete the line, or rerun with --force") from None
+    except OSError as e:
+        raise RunError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def _parse_lines(path: Path, raw: str) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
+    """JSON objects of ``raw`` with their line numbers. A malformed *last* line (a run interrupted
+    mid-write) is dropped and the length of the good prefix returned (else None); a malformed line
+    elsewhere is a :class:`RunError` naming the line."""
     lines = raw.split("\n")
-    out: list[dict[str, Any]] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     good_chars = 0
     for i, line in enumerate(lines):
         if not line.strip():
@@ -134,13 +194,237 @@ def read_records(run_dir: str | Path, repair: bool = False) -> list[dict[str, An
                 raise ValueError("not an object")
         except ValueError as e:
             if all(not rest.strip() for rest in lines[i + 1 :]):
-                if repair:
-                    path.write_text(raw[:good_chars], encoding="utf-8")
-                break
+                return out, good_chars
             raise RunError(f"{path}:{i + 1}: malformed record ({e}); repair or delete the line, or rerun with --force") from None
-        out.append(rec)
+        out.append((i + 1, rec))
         good_chars += len(line) + 1
+    return out, None
+
+
+def read_gzip_text(path: Path) -> tuple[str, bool]:
+    """The text of a (multi-member) gzip file and whether it ended cleanly; an interrupted last
+    member is read up to its last flushed byte (the writer sync-flushes after every line)."""
+    data = path.read_bytes()
+    parts: list[bytes] = []
+    complete = True
+    while data:
+        d = zlib.decompressobj(31)
+        try:
+            parts.append(d.decompress(data))
+        except zlib.error as e:
+            raise RunError(f"{path}: not a gzip file or damaged ({e}); rerun with --force") from None
+        if not d.eof:
+            complete = False
+            break
+        data = d.unused_data
+    try:
+        return b"".join(parts).decode("utf-8"), complete
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: not UTF-8 text inside the gzip stream (damaged); rerun with --force") from None
+
+
+def _side_rows(path: Path, raw: str) -> tuple[dict[str, str], int | None]:
+    """``ref → body text`` of a side file, every line verified against its ref."""
+    rows: dict[str, str] = {}
+    lines = raw.split("\n")
+    good_chars = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            good_chars += len(line) + 1
+            continue
+        ok = line.startswith(_HEAD) and line[len(_HEAD) + _REF_LEN:].startswith(_BODY) and line.endswith("}")
+        ref = line[len(_HEAD):len(_HEAD) + _REF_LEN]
+        body = line[len(_HEAD) + _REF_LEN + len(_BODY):-1]
+        if not ok or _ref(body) != ref:
+            if all(not rest.strip() for rest in lines[i + 1:]):
+                return rows, good_chars
+            raise RunError(f"{path}:{i + 1}: line does not match its reference (damaged or edited); "
+                           "rerun with --force")
+        rows[ref] = body
+        good_chars += len(line) + 1
+    return rows, None
+
+
+def _prefix_sha256(path: Path, n: int) -> str | None:
+    h = hashlib.sha256()
+    left = n
+    with open(path, "rb") as fh:
+        while left > 0:
+            chunk = fh.read(min(left, 1 << 20))
+            if not chunk:
+                return None
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+def verify_side_files(run_dir: Path, cfg: dict[str, Any]) -> None:
+    """Check each side file against the checkpoint in the run config (size + sha256 of that prefix)."""
+    for name, info in (cfg.get(SIDE_FILES_KEY) or {}).items():
+        if name not in (RANKINGS, DETAILS) or not isinstance(info, dict):
+            continue
+        path = run_dir / name
+        if not path.exists():
+            raise RunError(f"{path}: missing (config.json lists it); the run is incomplete — rerun with --force")
+        want, n = info.get("sha256"), int(info.get("bytes") or 0)
+        if path.stat().st_size < n or _prefix_sha256(path, n) != want:
+            raise RunError(f"{path}: checksum mismatch with config.json (the file was damaged or edited); "
+                           "rerun with --force or use a new --out")
+
+
+def _decisions_from_columns(cols: dict[str, Any], ranking: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ids = cols.get("doc_id")
+    if ids is None:
+        ids = [d["id"] for d in ranking][: len(cols.get("removed") or [])]
+    columns = [ids if f == "doc_id" else cols.get(f) or [None] * len(ids) for f in _DECISION_FIELDS]
+    return [dict(zip(_DECISION_FIELDS, vals)) for vals in zip(*columns)]
+
+
+def read_records(run_dir: str | Path, repair: bool = False) -> list[dict[str, Any]]:
+    """Every record of a run directory, whole (see the module docstring for the formats). A
+    truncated last line (a run interrupted mid-write) is ignored, and removed from the file when
+    ``repair``; a malformed line elsewhere, a side-file line that does not match its reference, or
+    a side file that does not match the run config's checkpoint is an error naming the file."""
+    run_dir = Path(run_dir)
+    path = run_dir / RECORDS
+    if not path.exists():
+        compact = run_dir / COMPACT_RECORDS
+        if compact.exists():
+            raw, _ = read_gzip_text(compact)
+            return [rec for _, rec in _parse_lines(compact, raw)[0]]
+        return []
+    raw = _read_text(path)
+    parsed, good = _parse_lines(path, raw)
+    if good is not None and repair:
+        path.write_text(raw[:good], encoding="utf-8")
+    if not any("detail_ref" in rec for _, rec in parsed):
+        return [rec for _, rec in parsed]
+    if not repair and (run_dir / "config.json").exists():
+        verify_side_files(run_dir, read_run_config(run_dir / "config.json"))
+    rankings: dict[str, str] = {}
+    if (run_dir / RANKINGS).exists():
+        rk_raw = _read_text(run_dir / RANKINGS)
+        rankings, rk_good = _side_rows(run_dir / RANKINGS, rk_raw)
+        if rk_good is not None and repair:
+            (run_dir / RANKINGS).write_text(rk_raw[:rk_good], encoding="utf-8")
+    details: dict[str, str] = {}
+    if (run_dir / DETAILS).exists():
+        d_raw, complete = read_gzip_text(run_dir / DETAILS)
+        details, d_good = _side_rows(run_dir / DETAILS, d_raw)
+        if repair and (d_good is not None or not complete):
+            from sieve.safe_io import atomic_write_bytes
+
+            atomic_write_bytes(run_dir / DETAILS, gzip.compress(d_raw[:d_good].encode("utf-8") if d_good is not None
+                                                                 else d_raw.encode("utf-8"), 6))
+    out: list[dict[str, Any]] = []
+    parsed_rankings: dict[str, list[dict[str, Any]]] = {}
+    for line, rec in parsed:
+        if "detail_ref" not in rec:
+            out.append(rec)
+            continue
+        rec = dict(rec)
+        rref, dref = rec.pop("ranking_ref", None), rec.pop("detail_ref")
+        if dref not in details:
+            if repair and line == parsed[-1][0]:
+                continue   # its detail line was lost in an interrupted write: the item is redone
+            raise RunError(f"{path}:{line}: its decisions ({dref}) are missing from {DETAILS} (damaged or "
+                           "incomplete run); rerun with --force")
+        if rref is None:
+            ranking: list[dict[str, Any]] = []
+        else:
+            if rref not in rankings:
+                raise RunError(f"{path}:{line}: its ranking ({rref}) is missing from {RANKINGS} (damaged or "
+                               "incomplete run); rerun with --force")
+            if rref not in parsed_rankings:
+                parsed_rankings[rref] = json.loads(rankings[rref])
+            ranking = list(parsed_rankings[rref])
+        body = json.loads(details[dref])
+        rec["ranking"] = ranking
+        rec["decisions"] = _decisions_from_columns(body.get("decisions") or {}, ranking)
+        if "info" in body:
+            rec["info"] = body["info"]
+        out.append(rec)
     return out
+
+
+class RecordWriter:
+    """Appends format-2 records (see the module docstring): the ranking once per (query,
+    condition), the decisions column-wise into the gzip side file, then the small line of
+    ``records.jsonl`` — in that order, each flushed, so a record line exists only when what it
+    refers to is on disk."""
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        self._rankings: set[str] = set()
+        rk = self.dir / RANKINGS
+        if rk.exists():
+            self._rankings = set(_side_rows(rk, _read_text(rk))[0])
+        self._sha = {RANKINGS: hashlib.sha256(), DETAILS: hashlib.sha256()}
+        self._bytes = {RANKINGS: 0, DETAILS: 0}
+        for name in (RANKINGS, DETAILS):
+            p = self.dir / name
+            if p.exists():
+                with open(p, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        self._sha[name].update(chunk)
+                        self._bytes[name] += len(chunk)
+        self.records = open(self.dir / RECORDS, "a", encoding="utf-8")
+        self.rankings = open(rk, "ab")
+        self.details = open(self.dir / DETAILS, "ab")
+        self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
+
+    def _put(self, name: str, fh: Any, data: bytes) -> None:
+        fh.write(data)
+        fh.flush()
+        self._sha[name].update(data)
+        self._bytes[name] += len(data)
+
+    def write(self, rec: dict[str, Any], decisions: list[Any] | None = None) -> None:
+        """Write one record. ``rec`` holds every field but the decisions (``ranking`` as a list of
+        ``{id, rank, score, poison}``, ``info`` optional); ``decisions`` are
+        :class:`~sieve.types.Decision` objects or their dicts, in ranking order."""
+        head = {k: v for k, v in rec.items() if k not in ("ranking", "decisions", "info")}
+        ranking = rec.get("ranking") or []
+        rref = None
+        if ranking:
+            rbody = dumps(ranking, compact=True)
+            rref = _ref(rbody)
+            if rref not in self._rankings:
+                self._put(RANKINGS, self.rankings, _ref_line(rref, rbody).encode("utf-8"))
+                self._rankings.add(rref)
+        decs = list(decisions if decisions is not None else rec.get("decisions") or [])
+        get = (lambda d, f: d.get(f)) if decs and isinstance(decs[0], dict) else getattr
+        cols = {f: [get(d, f) for d in decs] for f in _DECISION_FIELDS}
+        if cols["doc_id"] == [d["id"] for d in ranking][: len(decs)]:
+            del cols["doc_id"]
+        body: dict[str, Any] = {"decisions": cols}
+        if "info" in rec:
+            body["info"] = rec["info"]
+        dbody = dumps(body, compact=True)
+        dref = _ref(dbody)
+        data = self._z.compress(_ref_line(dref, dbody).encode("utf-8")) + self._z.flush(zlib.Z_SYNC_FLUSH)
+        self._put(DETAILS, self.details, data)
+        head["ranking_ref"], head["detail_ref"] = rref, dref
+        self.records.write(dumps(head) + "\n")
+        self.records.flush()
+
+    def checkpoint(self) -> dict[str, dict[str, Any]]:
+        """The side files' size and sha256 so far (for the run config; see :func:`verify_side_files`)."""
+        return {n: {"bytes": self._bytes[n], "sha256": self._sha[n].hexdigest()} for n in (RANKINGS, DETAILS)}
+
+    def close(self) -> None:
+        """Finish the gzip member (its trailer) and close the files."""
+        if self.details.closed:
+            return
+        self._put(DETAILS, self.details, self._z.flush())
+        for fh in (self.records, self.rankings, self.details):
+            fh.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def record_key(rec: dict[str, Any]) -> tuple[str, str, str]:

@@ -4,9 +4,10 @@ A run directory holds:
 
 * ``config.json``   – everything needed to reproduce the run (versions, models, seeds, defense
   parameters incl. learned thresholds, k_ctx, depth, dataset path + content hash, command line);
-* ``records.jsonl`` – one line per (query, condition, defense), appended and flushed per item
-  (:mod:`sieve.evaluation.records`);
-* ``summary.json``  – always recomputed from ``records.jsonl`` (:mod:`sieve.evaluation.summary`);
+* ``records.jsonl`` – one line per (query, condition, defense), appended and flushed per item, with
+  ``rankings.jsonl`` (each ranking once) and ``decisions.jsonl.gz`` (decisions and evidence) as
+  side files (format 2, :mod:`sieve.evaluation.records`; read only through ``read_records``);
+* ``summary.json``  – always recomputed from the records (:mod:`sieve.evaluation.summary`);
 * ``answers.sqlite`` – the generation cache (``--generate``).
 
 Conditions and queries are planned by :mod:`sieve.evaluation.plan`; snapshots, rankings and the
@@ -33,8 +34,11 @@ from sieve.evaluation.provenance import (
     sieve_version,
 )
 from sieve.evaluation.records import (
+    RECORD_FILES,
+    RECORDS_FORMAT,
+    SIDE_FILES_KEY,
+    RecordWriter,
     RunError,
-    dumps,
     jsonable,
     latest_records,
     read_records,
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sieve.evaluation")
 
-RUN_FORMAT = 1
+RUN_FORMAT = RECORDS_FORMAT   # 2: records with side files (issue 15)
 
 # Names other modules and users import from here (kept: `sieve.evaluation.runner` is public).
 __all__ = ["run_eval", "RunError", "RUN_FORMAT", "CLEAN", "SUMMARY_KEYS", "SCORED_STATUSES", "read_records",
@@ -157,10 +161,10 @@ def run_eval(
         "limit": limit,
     }
     cfg_path = run_dir / "config.json"
-    records_path = run_dir / "records.jsonl"
     learned: dict[str, dict[str, Any]] = {}
     if force:
-        for f in (records_path, run_dir / "summary.json", run_dir / "answers.sqlite", run_dir / "report.html"):
+        for f in (*(run_dir / n for n in RECORD_FILES), run_dir / "summary.json", run_dir / "answers.sqlite",
+                  run_dir / "report.html"):
             f.unlink(missing_ok=True)
     existing = read_records(run_dir, repair=True)
     if existing and cfg_path.exists():
@@ -206,6 +210,8 @@ def run_eval(
         "fingerprint": fingerprint,
         "warnings": warnings,
     }
+    writer = RecordWriter(run_dir)   # after the resume repair: its checkpoint describes the files as they are
+    cfg[SIDE_FILES_KEY] = writer.checkpoint()
     write_run_config(cfg_path, cfg)
 
     generator = None
@@ -219,9 +225,10 @@ def run_eval(
     experiment = Experiment(ds, resources, depth=depth)   # no quarantine: results never depend on triage state
     state = _RunState(experiment, plan, defs, k_ctx, clean_budget, generator, done, cfg, cfg_path)
     try:
-        with open(records_path, "a", encoding="utf-8") as fh:
-            state.run(fh, progress)
+        with writer:
+            state.run(writer, progress)
     finally:
+        cfg[SIDE_FILES_KEY] = writer.checkpoint()
         cfg["models"] = loaded_model_ids(resources)
         llm_health = _llm_health(resources)
         if llm_health:
@@ -283,7 +290,7 @@ def _check_run_dir(run_dir: Path, ds: "Dataset", force: bool) -> Path:
         check_output_dir(run_dir, protected=[ds_path] if ds_path.is_dir() else [], what="--out run directory")
     except UnsafeWriteError as e:
         raise RunError(str(e)) from None
-    ours = {run_dir / n for n in ("config.json", "records.jsonl", "summary.json", "answers.sqlite", "report.html")}
+    ours = {run_dir / n for n in ("config.json", *RECORD_FILES, "summary.json", "answers.sqlite", "report.html")}
     clash = [f for f in dataset_files(ds_path) if any(f.resolve() == o.resolve() for o in ours)]
     if clash:
         raise RunError(f"refusing to write the run into {run_dir}: {clash[0]} is a file of the dataset; "
@@ -335,7 +342,7 @@ class _RunState:
                              correct_answers=item.correct_answers, target_answer=item.target_answer)
 
     # -- main loop ------------------------------------------------------------------------------
-    def run(self, fh: Any, progress: bool) -> None:
+    def run(self, writer: RecordWriter, progress: bool) -> None:
         from tqdm.auto import tqdm
 
         from sieve.experiment import needs_calibration
@@ -364,6 +371,7 @@ class _RunState:
                     self._prepare(s, cond, view, clean if s in calibrating else None, fit_errors)
                 if calibrating:
                     self.cfg["calibrated"] = {**self.cfg.get("calibrated", {}), **self.learned}
+                    self.cfg[SIDE_FILES_KEY] = writer.checkpoint()
                     write_run_config(self.cfg_path, self.cfg)
                     to_calibrate = []
                 for it in items:
@@ -377,12 +385,16 @@ class _RunState:
                         except Exception as e:  # noqa: BLE001
                             log.exception("retrieval failed for query %s (%s)", it.query_id, cond)
                             rank_err = f"retrieval: {type(e).__name__}: {e}"
+                    rows = ([{"id": d.id, "rank": d.rank, "score": d.score, "poison": d.poison} for d in ranking.documents]
+                            if ranking is not None else [])   # stored once per (query, condition)
                     for s in want:
-                        rec = self._evaluate(it, s, ranking, fit_errors.get(s) or rank_err)
-                        fh.write(dumps(rec) + "\n")
-                        fh.flush()
+                        rec, decisions = self._evaluate(it, s, ranking, rows, fit_errors.get(s) or rank_err)
+                        writer.write(rec, decisions)
                         self.done.add((it.query_id, cond, s))
                         bar.update(1)
+                if todo:
+                    self.cfg[SIDE_FILES_KEY] = writer.checkpoint()
+                    write_run_config(self.cfg_path, self.cfg)
 
     def _clean_material(self, items: list[EvalItem]) -> list[Ranking]:
         """Clean rankings of the run's clean queries: the only calibration material (never attack data)."""
@@ -420,7 +432,10 @@ class _RunState:
             log.exception("%s: calibration failed", spec)
             self.cfg.setdefault("calibration_errors", {})[spec] = f"{type(e).__name__}: {e}"
 
-    def _evaluate(self, it: EvalItem, spec: str, ranking: Ranking | None, error: str | None) -> dict[str, Any]:
+    def _evaluate(self, it: EvalItem, spec: str, ranking: Ranking | None, rows: list[dict[str, Any]],
+                  error: str | None) -> tuple[dict[str, Any], list[Any]]:
+        """(record, decisions): the record of one item and its decisions (:class:`~sieve.types.Decision`
+        objects, written column-wise by :class:`~sieve.evaluation.records.RecordWriter`)."""
         rec: dict[str, Any] = {
             "query_id": it.query_id, "condition": it.condition, "defense": spec, "query": it.query,
             "correct_answers": list(it.correct_answers), "target_answer": it.target_answer,
@@ -428,14 +443,13 @@ class _RunState:
             "fallback_used": False, "warnings": [], "layers_run": [], "answer": None, "latency_ms": None,
             "latency_breakdown": {}, "error": error,
         }
-        if ranking is not None:
-            rec["ranking"] = [{"id": d.id, "rank": d.rank, "score": d.score, "poison": d.poison} for d in ranking.documents]
+        rec["ranking"] = rows
         if error or ranking is None:
-            return rec
+            return rec, []
         d = self.defs[spec]
         errors_before = _llm_errors(self.res)
         try:
-            return self._apply(it, spec, d, ranking, rec)
+            return rec, self._apply(it, spec, d, ranking, rec)
         finally:   # endpoint failures during this item (the defense failed open, or generation failed)
             n = _llm_errors(self.res) - errors_before
             rec["llm_errors"] = n
@@ -444,7 +458,8 @@ class _RunState:
                 rec["llm_last_error"] = getattr(llm, "last_error", "")
                 rec["llm_circuit_open"] = bool(getattr(llm, "circuit_open", False))
 
-    def _apply(self, it: EvalItem, spec: str, d: "Defense", ranking: Ranking, rec: dict[str, Any]) -> dict[str, Any]:
+    def _apply(self, it: EvalItem, spec: str, d: "Defense", ranking: Ranking, rec: dict[str, Any]) -> list[Any]:
+        """Run the defense into ``rec``; returns its decisions (empty when it failed)."""
         try:
             t0 = time.perf_counter()
             result = d.apply(ranking, self.res, k_ctx=self.k_ctx)
@@ -452,9 +467,9 @@ class _RunState:
         except Exception as e:  # noqa: BLE001 - one failing query must not stop the run
             log.warning("%s failed on query %s (%s): %s", spec, it.query_id, it.condition, e)
             rec["error"] = f"{type(e).__name__}: {e}"
-            return rec
+            return []
         rec.update(
-            decisions=[x.to_dict() for x in result.decisions], context_ids=[x.id for x in result.context],
+            context_ids=[x.id for x in result.context],
             fallback_used=result.fallback_used, warnings=list(result.warnings), layers_run=list(result.layers_run),
             latency_ms=elapsed, latency_breakdown=dict(result.latency_ms), info=result.info,
         )
@@ -471,4 +486,4 @@ class _RunState:
             except Exception as e:  # noqa: BLE001
                 log.warning("generation failed on query %s (%s, %s): %s", it.query_id, it.condition, spec, e)
                 rec["error"] = f"generate: {type(e).__name__}: {e}"
-        return rec
+        return result.decisions
