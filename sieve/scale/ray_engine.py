@@ -2,6 +2,14 @@
 
 Layout (the same audit as the local engine, docs/algorithms.md §4):
 
+0. stage ``embed`` (only when the input has texts but no vectors: ``sieve audit --corpus``) —
+   ``map_batches`` over the texts on a pool of ``EmbedActor`` actors, one retriever model per actor
+   (loaded once in the actor's constructor from a picklable factory), ``EMBED_BATCH_RAY`` texts per
+   call, encoded by the same function as the local engine (sieve/index/embedding.py:
+   ``embed_documents``). The driver feeds the corpus in windows of ``EMBED_WINDOW_CHUNKS`` shard
+   chunks, gathers each window's vectors by row and writes them as float16 shards with the manifest
+   of sieve/scale/shards.py (so a killed run resumes from the last verified shard); the knn stage
+   then reads the same float16 vectors as the local engine.
 1. driver — validate and normalise the vectors (float32 unit rows), choose the kNN plan
    (sieve/index/knn.py) and, for ``ivf``, train the ONE global IVF partition (FAISS k-means + the
    posting lists); put the vectors, the partition and the texts in the Ray object store once.
@@ -28,7 +36,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -41,6 +49,15 @@ from sieve.index.knn import BLOCK, exact_rows, ivf_lists, plan_knn, train_ivf
 LISTS_PER_BATCH = 16
 #: rows per density batch (the statistic is O(k) per row; 4,096 rows ≈ 10 ms of numpy).
 DENSITY_BATCH = 4096
+#: texts per embedding call on an actor: 256 = 8 of the retriever's own encode batches
+#: (sieve/index/embedding.py: EMBED_BATCH = 32). On a CPU, MiniLM takes ~1 s per 256 passages, so
+#: Ray's per-batch cost (~ms) is < 1 %, while a window of 4 × 8,192 texts still splits into 128
+#: batches — enough for the actors to stay evenly busy and for the last batch not to dominate.
+EMBED_BATCH_RAY = 256
+#: shard chunks (sieve/scale/shards.py: CHUNK_ROWS rows each) per Ray dataset: bounds the driver's
+#: memory to one window of texts and vectors, and a kill loses at most one window of work. The
+#: actors are started once per window (one model load each; seconds against minutes of encoding).
+EMBED_WINDOW_CHUNKS = 4
 
 
 class RayUnavailable(RuntimeError):
@@ -74,6 +91,71 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     finally:
         if started:
             ray.shutdown()
+
+
+class EmbedActor:
+    """One retriever model per actor: ``factory()`` is called once in the constructor."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.model = factory()
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from sieve.index.embedding import embed_documents
+        from sieve.types import Document
+
+        docs = [Document(str(i), str(t)) for i, t in zip(batch["row"].tolist(), batch["text"].tolist())]
+        vec = embed_documents(docs, self.model, None, False, "embedding")
+        return {"row": batch["row"], "vector": np.asarray(vec, np.float32)}
+
+
+def ray_embed_chunks(chunks: Iterable[tuple[list[str], list[str]]], factory: Callable[[], Any], *,
+                     actors: int | None = None, window_chunks: int = EMBED_WINDOW_CHUNKS,
+                     stats: dict[str, Any] | None = None) -> Iterator[np.ndarray]:
+    """The embedding stage: yields one float32 [rows, dim] matrix per (ids, texts) chunk, in order.
+    Needs a running Ray runtime (:func:`ray_session`). ``stats`` collects the stage's layout."""
+    ray = _ray()
+    pool = max(1, actors or int(ray.cluster_resources().get("CPU", 1)))
+    if stats is not None:
+        stats.update({"name": "embed", "actor": "EmbedActor", "actors": pool, "batch_size": EMBED_BATCH_RAY,
+                      "window_chunks": window_chunks, "windows": 0, "rows": 0, "seconds": 0.0})
+    window: list[tuple[list[str], list[str]]] = []
+
+    def run(win: list[tuple[list[str], list[str]]]) -> Iterator[np.ndarray]:
+        t = time.perf_counter()
+        texts = [tx for _, chunk in win for tx in chunk]
+        m = len(texts)
+        ds = ray.data.from_items([{"row": i, "text": tx} for i, tx in enumerate(texts)],
+                                 override_num_blocks=max(1, min(4 * pool, (m + EMBED_BATCH_RAY - 1) // EMBED_BATCH_RAY)))
+        ds = ds.map_batches(EmbedActor, fn_constructor_kwargs={"factory": factory}, batch_size=EMBED_BATCH_RAY,
+                            batch_format="numpy", num_cpus=1, compute=ray.data.ActorPoolStrategy(size=pool))
+        out: np.ndarray | None = None
+        seen = np.zeros(m, bool)
+        for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            r = b["row"].astype(np.int64)
+            if out is None:
+                out = np.empty((m, b["vector"].shape[1]), np.float32)
+            if seen[r].any():
+                raise RuntimeError("Ray engine: a text was embedded twice")
+            seen[r] = True
+            out[r] = b["vector"]
+        if out is None or not seen.all():
+            raise RuntimeError("Ray engine: texts missing from the embedding stage's output")
+        if stats is not None:
+            stats["windows"] += 1
+            stats["rows"] += m
+            stats["seconds"] = round(stats["seconds"] + time.perf_counter() - t, 3)
+        s = 0
+        for _, chunk in win:
+            yield out[s: s + len(chunk)]
+            s += len(chunk)
+
+    for ch in chunks:
+        window.append(ch)
+        if len(window) >= window_chunks:
+            yield from run(window)
+            window = []
+    if window:
+        yield from run(window)
 
 
 class KnnActor:
@@ -134,19 +216,33 @@ class DensityActor:
 
 def ray_audit(ids: Sequence[str], texts: Sequence[str], vectors: Any, params: RSGParams | None = None, *,
               address: str | None = None, num_cpus: int | None = None, actors: int | None = None,
-              recall_sample: int | None = None, **overrides: Any) -> tuple[RSGAudit, dict[str, Any]]:
-    """RSG over a snapshot on Ray. Returns the audit and the pipeline layout with stage timings."""
+              recall_sample: int | None = None, embedder: Callable[[], Any] | None = None,
+              **overrides: Any) -> tuple[RSGAudit, dict[str, Any]]:
+    """RSG over a snapshot on Ray. Returns the audit and the pipeline layout with stage timings.
+
+    ``vectors=None`` with ``embedder`` (a picklable zero-argument factory of the retriever) embeds
+    the texts first in the ``embed`` stage; the vectors then take the float16 round trip of the
+    shards (sieve/scale/shards.py), so they equal what ``sieve audit --corpus`` stores."""
     p = params or RSGParams()
     if overrides:
         p = RSGParams(**{**asdict(p), **overrides})
     ids = [str(i) for i in ids]
     texts = list(texts)
     t0 = time.perf_counter()
-    x = _validate(ids, texts, vectors)
-    n = x.shape[0]
-    plan = plan_knn(n, p.neighbor_count, p.mode, **_plan_args(p))
-    k = plan.k
+    embed_stage: dict[str, Any] = {}
     with ray_session(address, num_cpus) as ray:
+        if vectors is None:
+            if embedder is None:
+                raise ValueError("ray_audit: vectors=None needs an embedder factory")
+            from sieve.scale.shards import CHUNK_ROWS
+
+            chunks = [(ids[s: s + CHUNK_ROWS], texts[s: s + CHUNK_ROWS]) for s in range(0, len(ids), CHUNK_ROWS)]
+            vectors = np.concatenate([v.astype(np.float16) for v in
+                                      ray_embed_chunks(chunks, embedder, actors=actors, stats=embed_stage)])
+        x = _validate(ids, texts, vectors)
+        n = x.shape[0]
+        plan = plan_knn(n, p.neighbor_count, p.mode, **_plan_args(p))
+        k = plan.k
         t_ray = time.perf_counter()
         cpus = int(ray.cluster_resources().get("CPU", 1))
         pool = max(1, actors or cpus)
@@ -200,7 +296,7 @@ def ray_audit(ids: Sequence[str], texts: Sequence[str], vectors: Any, params: RS
     t_end = time.perf_counter()
     layout = {
         "engine": "ray", "address": address or "local", "cpus": cpus, "actors_per_stage": pool,
-        "stages": [
+        "stages": ([embed_stage] if embed_stage else []) + [
             {"name": "index (driver)", "what": f"{plan.mode} plan; global IVF partition trained on the driver"
              if plan.mode == "ivf" else f"{plan.mode} plan"},
             {"name": "knn", "actor": "KnnActor", "actors": pool, "work_units": int(len(units)),
