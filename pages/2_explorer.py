@@ -149,6 +149,11 @@ with state.page_guard("Query explorer"):
     di = st.selectbox("Document", range(len(docs)), key=f"x_doc_{cond}_{query_id or abs(hash(query))}",
                       format_func=lambda i: f"#{docs[i].rank} {docs[i].id}" + (" (poison)" if docs[i].poison else ""))
     doc = docs[di]
+    if ledger_state.get(doc.id):
+        st.caption(f"Quarantine ledger: **{md(A.LEDGER_WORDING[ledger_state[doc.id]])}**. "
+                   + ("The analyst restored this document; a defense's own rule can still remove it (its reason "
+                      "in the Decisions tab says so)." if ledger_state[doc.id] in ("dismissed", "rolled_back") else
+                      "[Review it on Alerts](/alerts)."))
     ev = result.rsq_rows.get(doc.id)
     eta = knobs["eta_q"]
     tabs = st.tabs(["Text & anchors", "RSQ evidence", "Surprisal trace", "Alignment curve", "TRIS layers", "Decisions"])

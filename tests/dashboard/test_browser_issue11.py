@@ -1,0 +1,131 @@
+"""Real-browser screenshots of the issue-11 flows fixed last (headless Debian chromium):
+
+* Query explorer, tiny models: an alert that was confirmed and then rolled back — the document's
+  ledger state and rsg_rsq's reason use the ledger's one wording ("restored (quarantine rolled
+  back)") → test-artifacts/screenshots/explorer-rolled-back.png;
+* Attack lab, real models on the demo: class mode on a question the clean pipeline answers correctly
+  (shipped, checked answers), "Generate answers" → the undefended answer flips, TRIS L2's does not
+  → test-artifacts/screenshots/attack-lab-class-mode.png.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from _browser import CHROMEDRIVER, CHROMIUM, chrome, streamlit_app
+from _dashdata import write_tiny_dataset, write_tiny_run
+from test_browser import SHOTS, _wait_rendered
+
+pytestmark = [pytest.mark.browser]
+
+
+def _need_chromium() -> None:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("chromium/chromedriver not installed (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    _need_chromium()
+    with chrome(tmp_path_factory.mktemp("chrome-issue11")) as d:
+        yield d
+
+
+def _select(driver, label: str, option_text: str) -> None:
+    """Pick the option containing ``option_text`` in the selectbox labelled ``label``."""
+    from selenium.webdriver.common.by import By
+
+    box = driver.find_element(By.CSS_SELECTOR, f'[data-testid="stSelectbox"] input[aria-label="{label}"]')
+    box.find_element(By.XPATH, "following-sibling::button").click()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        opts = [o for o in driver.find_elements(By.CSS_SELECTOR, '[role="option"]') if option_text in o.text]
+        if opts:
+            opts[0].click()
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"no option {option_text!r} in {label!r}")
+
+
+def _full_shot(driver, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script(
+        "const m = document.querySelector('[data-testid=\"stMain\"]') || document.body; return m.scrollHeight;")
+    driver.set_window_size(1500, min(max(int(height) + 200, 1200), 6000))
+    time.sleep(1.5)
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    driver.set_window_size(1500, 2200)
+
+
+def test_explorer_rolled_back_alert_reads_restored(tmp_path_factory, browser):
+    from selenium.webdriver.common.by import By
+
+    from sieve.ledger import Flag, Ledger
+
+    _need_chromium()
+    tmp = tmp_path_factory.mktemp("rolled-back")
+    ds = write_tiny_dataset(tmp / "ds")
+    run = write_tiny_run(ds, tmp / "run")
+    ledger = tmp / "ledger.sqlite"
+    with Ledger(ledger) as led:
+        led.add_flags([Flag("attack:pr_b:q-chess:1", "h", 1.0, 0.5, {"branch": "integrity"}, "mixed scripts")],
+                      detector="rsg", corpus_id="pr_b", corpus_hash="x", index_version="y")
+        a = led.alerts()[0]
+        led.transition(a.alert_id, "confirmed", "t", "poison")
+        led.transition(a.alert_id, "rolled_back", "t", "restored for the screenshot")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
+    env.update(SIEVE_DASHBOARD_TINY="1", SIEVE_DASHBOARD_DATASET=str(ds), SIEVE_DASHBOARD_RUN=str(run),
+               SIEVE_DASHBOARD_LEDGER=str(ledger))
+    with streamlit_app(env, tmp / "streamlit.log") as url:
+        browser.get(f"{url}/explorer")
+        _wait_rendered(browser, timeout=300)
+        _select(browser, "Attack condition", "pr_b")
+        _wait_rendered(browser, timeout=300)
+        _select(browser, "Question", "q-chess")
+        _wait_rendered(browser, timeout=300)
+        _select(browser, "Document", "attack:pr_b:q-chess:1")
+        _wait_rendered(browser, timeout=300)
+        tab = next(t for t in browser.find_elements(By.CSS_SELECTOR, '[role="tab"]') if t.text.strip() == "Decisions")
+        tab.click()
+        time.sleep(2)
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert "Quarantine ledger: restored (quarantine rolled back)" in body
+        assert "Quarantine is active" not in body, "a rolled-back alert excludes nothing"
+        doc = browser.find_element(By.XPATH, "//*[starts-with(normalize-space(.), 'Quarantine ledger:')]")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", doc)
+        time.sleep(1)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(SHOTS / "explorer-rolled-back.png"))
+
+
+@pytest.mark.realmodel
+def test_attack_lab_class_mode_flips_in_browser(tmp_path_factory, browser):
+    from selenium.webdriver.common.by import By
+
+    _need_chromium()
+    tmp = tmp_path_factory.mktemp("class-mode")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
+    env["SIEVE_DASHBOARD_LEDGER"] = str(tmp / "ledger.sqlite")
+    with streamlit_app(env, tmp / "streamlit.log") as url:
+        browser.get(f"{url}/attack-lab")
+        _wait_rendered(browser, timeout=600)
+        toggle = next(e for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stCheckbox"] label')
+                      if "Class mode" in e.text)
+        toggle.click()
+        _wait_rendered(browser, timeout=600)
+        btn = next(b for b in browser.find_elements(By.TAG_NAME, "button")
+                   if "Generate answers (clean, poisoned, defended)" in b.text)
+        t0 = time.perf_counter()
+        btn.click()
+        _wait_rendered(browser, timeout=600)
+        took = time.perf_counter() - t0
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert "✓ The clean pipeline answers correctly" in body
+        assert "in class mode the undefended answer flips to the target" in body
+        assert "attack succeeded (asserts the target answer)" in body
+        assert body.count("\ncorrect\n") >= 1, "the clean (and defended) answer is correct"
+        _full_shot(browser, "attack-lab-class-mode")
+        assert took < 60, f"answers took {took:.0f} s (shipped answers should return at once)"
