@@ -164,3 +164,28 @@ def test_a_shard_directory_is_audited_directly(corpus, tmp_path):
     assert res.exit_code == 0, res.output
     assert "sha256 verified" in res.output
     assert flags_of(tmp_path / "a") == flags_of(tmp_path / "b")
+
+
+@pytest.mark.realmodel
+def test_corpus_audit_embeds_with_the_real_retriever(tmp_path, real_retriever):
+    """The real retriever (all-mpnet-base-v2): the shards hold exactly the library's batched embedding
+    (sieve/index/embedding.py) in row order, and the flags equal RSG on those vectors."""
+    from sieve.defenses.rsg import audit_corpus
+    from sieve.index.embedding import embed_documents
+    from sieve.types import Document
+
+    texts = [f"The {WORDS[i % 10]} number {i % 12} lies near the {WORDS[i * 3 % 10]}." for i in range(100)]
+    texts[7] = "The rivеr seven flows sоuth"                      # mixed Latin/Cyrillic
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    wd, out = tmp_path / "wd", tmp_path / "out"
+    res = runner.invoke(app, ["audit", "--corpus", str(src), "--retriever", "all-mpnet-base-v2", "--workdir", str(wd),
+                              "--out", str(out), "--shard-rows", "64", "--no-ledger", "--mode", "exact"])
+    assert res.exit_code == 0, res.output
+    shards = open_shards(wd)
+    assert shards.manifest["model_id"] == real_retriever.model_id and shards.ids == [f"d{i}" for i in range(100)]
+    want = embed_documents([Document(f"d{i}", t) for i, t in enumerate(texts)], real_retriever, None, False, "x")
+    # same batches of 32 (64-row shards) as the reference call: equal after the float16 round trip
+    np.testing.assert_array_equal(shards.vectors[0:100], want.astype(np.float16))
+    ref = audit_corpus(shards.ids, texts, shards.vectors, mode="exact")
+    assert [r for r, f, _, _ in flags_of(out) if f == "1"] == ref.flagged_ids and "d7" in ref.flagged_ids
