@@ -153,7 +153,7 @@ def _corpus_audit(corpus: Path, workdir: Optional[Path], shard_rows: int, out: O
     json_path, csv_path = report.write(out_dir, protected=[corpus, wd], force=force)
     ing = report.summary.get("ingest")
     typer.echo(f"snapshot   {name} (corpus): {report.summary['documents']} documents"
-               + (f" in {ing['shards']} shards" if ing else ""))
+               + (f" in {ing['shards']} shard{'s' if ing['shards'] != 1 else ''}" if ing else ""))
     _print_report(report, mode, engine, json_path, csv_path, ledger_path, no_ledger, cfg, name)
 
 
@@ -188,6 +188,12 @@ def _print_report(report: Any, mode: str, engine: str, json_path: Path, csv_path
     audit, summary, docs = report.audit, report.summary, report.snapshot.documents
     flagged = report.flagged
     knn = summary.get("knn") or {}
+    ing = summary.get("ingest")
+    if ing and ing["embed_docs_per_second"]:
+        stage = next((st for st in summary.get("ray", {}).get("stages", []) if st.get("name") == "embed"), None)
+        typer.echo(f"embedded   {ing['rows'] - ing['resumed_rows']} documents in {ing['embed_seconds']:.2f} s "
+                   f"({ing['embed_docs_per_second']} docs/s"
+                   + (f"; {stage['actors']} EmbedActors, {stage['batch_size']} texts per call)" if stage else ")"))
     typer.echo(f"rsg        {knn.get('mode', mode)} kNN ({engine} engine), {summary['seconds']:.2f} s "
                f"({summary['docs_per_second']} docs/s)")
     rec = summary.get("neighbour_recall")

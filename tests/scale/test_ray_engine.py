@@ -125,6 +125,8 @@ def test_cli_corpus_audit_on_ray_writes_the_local_shards_and_flags(local_ray, tm
                                   "--out", str(tmp_path / engine), "--retriever", "tiny-hashing", "--shard-rows", "50",
                                   "--no-ledger"])
         assert res.exit_code == 0, res.output
+        assert ("embedded   400 documents" in res.output
+                and ("2 EmbedActors, 256 texts per call" in res.output) == (engine == "ray"))
         reports[engine] = json.loads((tmp_path / engine / "rsg_audit.json").read_text())
     a, b = open_shards(tmp_path / "wd-local"), open_shards(tmp_path / "wd-ray")
     assert a.ids == b.ids == [f"d{i}" for i in range(400)] and len(b.manifest["shards"]) == 8
