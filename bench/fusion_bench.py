@@ -10,7 +10,7 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
   clean queries (calibrate on one half, measure on the other): mean, p10–p90 and max — one split
   says little, because the documents of one query are correlated and the queries are ordered by topic;
 * every configuration — the default evidence, all-but-one for each evidence, the default plus
-  RAGDefender, and the Fisher-only and min-p-only combinations — is calibrated the same way and run
+  RAGDefender, and the omnibus and min-p combinations instead of Fisher — is calibrated the same way and run
   on the first ``--limit`` targets of every family: poison-in-context with a Wilson 95 % interval
   (the ablation table);
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
@@ -113,7 +113,7 @@ def main() -> None:
         configs.update({f"without {e}": {"evidence": tuple(x for x in full if x != e)} for e in full})
         if "ragdefender" not in full:
             configs["with ragdefender"] = {"evidence": full + ("ragdefender",)}
-        configs["fisher only"] = {"evidence": full, "combine": "fisher"}
+        configs["omnibus (Fisher or min-p)"] = {"evidence": full, "combine": "omnibus"}
         configs["min-p only"] = {"evidence": full, "combine": "minp"}
     print(f"fusion bench: {len(calib)} calibration / {len(test_clean)} held-out clean queries, "
           f"{a.limit} targets per family × {len(families)} families, k_ctx 5, depth 50")

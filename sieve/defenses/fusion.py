@@ -20,8 +20,12 @@ Calibration (:meth:`Fusion.calibrate`) reads clean rankings only: the evidence o
 the clean generation contexts forms, per evidence, an empirical null distribution; a document's
 p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). Two combinations — Fisher's −2 Σ ln p_e (many weak
 signals) and −ln min p_e (one strong signal) — are each turned into an empirical p-value against the
-clean documents, and the score is −ln min(P_fisher, P_min) (an omnibus of the two; ``combine``
-selects one of them alone). The combination nulls are **cross-fitted by query**: the calibration
+clean documents. The score is −ln P_fisher by default; ``combine="omnibus"`` uses
+−ln min(P_fisher, P_min) and ``"minp"`` the min-p alone. Fisher is the default because it is the
+only combination whose clean removal held on clean questions it was not calibrated on when the
+topic changed (demo: calibrated on the first 64 clean questions, measured on the next 64, which are
+ordered by topic: Fisher 4.5 % [2.7, 7.3], omnibus 13.3 %, min-p 10.8 %; ``bench/fusion_bench.py``)
+— a clean-only criterion; the leave-one-family-out table then picks it for every family. The combination nulls are **cross-fitted by query**: the calibration
 queries are split into ``calibration_folds`` folds and a document's per-evidence p-values are taken
 against the documents of the *other* folds only, so the calibration documents are scored as
 documents of a new query would be. Documents of one query share the query's topic and neighbours,
@@ -72,7 +76,7 @@ EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender
 #: The evidence used unless ``evidence=`` says otherwise (module docstring: RAGDefender's latency).
 DEFAULT_EVIDENCE = tuple(e for e in EVIDENCE if e != "ragdefender")
 #: How per-evidence p-values are combined into the fused score.
-COMBINE = ("omnibus", "fisher", "minp")
+COMBINE = ("fisher", "omnibus", "minp")
 #: p-value at or below which an evidence is named in the reason.
 REASON_P = 0.05
 
@@ -102,7 +106,7 @@ class Fusion(Defense):
 
     Parameters: ``threshold`` (on the fused score; ``None`` = calibrate), ``evidence`` (the names
     used, a subset of :data:`EVIDENCE`; default :data:`DEFAULT_EVIDENCE`; ablations drop one),
-    ``combine`` (``omnibus`` | ``fisher`` | ``minp``), ``calibration_folds`` (8: query folds of the
+    ``combine`` (``fisher`` | ``omnibus`` | ``minp``), ``calibration_folds`` (8: query folds of the
     cross-fitted calibration), ``max_rounds`` (3: rescoring rounds of the refill),
     ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence).
     Learned in :meth:`calibrate`: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
@@ -111,14 +115,14 @@ class Fusion(Defense):
 
     name = "fusion"
     summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion, perplexity and answer evidence: clean-only "
-               "p-values, omnibus score, budget threshold, rescored refill.")
+               "p-values, Fisher combination, budget threshold, rescored refill.")
     paper = "Sieve extension (docs/algorithms.md §14.2)"
     needs = ("retriever", "judge", "causal_lm", "token_encoder")
     corpus_time = True
     threshold_param = "threshold"
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
-                 combine: str = "omnibus", calibration_folds: int = 8, max_rounds: int = 3,
+                 combine: str = "fisher", calibration_folds: int = 8, max_rounds: int = 3,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
