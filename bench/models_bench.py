@@ -104,7 +104,12 @@ def backends(n_docs: int, rounds: int) -> None:
         models = {b: load_embedder(name, SieveConfig(models=ModelsConfig(backend=b)), role=role)
                   for b in ("torch", "onnx", "onnx-int8")}
         if models["onnx-int8"].model_id == models["onnx"].model_id:
-            print(f"{name}: int8 refused by its gate (minimum cosine below 0.99); onnx-int8 = fp32 ONNX")
+            from sieve.models import cache as mcache
+            from sieve.models.onnx_backend import refusal_message
+
+            entry = mcache.models_dir(SieveConfig().cache_dir) / "onnx" / f"{name}-int8"
+            info = json.loads((entry / mcache.MANIFEST).read_text()) if (entry / mcache.MANIFEST).exists() else {}
+            print(f"{name}: {refusal_message(f'{name}-int8', info)}; onnx-int8 = fp32 ONNX")
             models.pop("onnx-int8")
         for m in models.values():
             m.encode(texts[:4])

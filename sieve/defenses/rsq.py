@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -294,9 +294,29 @@ class CandidateScore:
         return self.E_a + self.E_i
 
     def evidence(self) -> dict[str, Any]:
-        d = asdict(self)
+        """A fresh copy of the row as a dict (what ``asdict`` gives, built without its deep-copy
+        machinery: plain dicts, lists and scalars are copied by hand), plus ``base_score``."""
+        d = {f.name: _json_copy(getattr(self, f.name)) for f in fields(self)}
         d["base_score"] = self.base_score
         return d
+
+
+def _json_copy(x: Any) -> Any:
+    """Deep copy of JSON-like data; dataclasses become dicts and anything else is deep-copied, as
+    :func:`dataclasses.asdict` does."""
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if isinstance(x, dict):
+        return type(x)((_json_copy(k), _json_copy(v)) for k, v in x.items())
+    if isinstance(x, list):
+        return [_json_copy(v) for v in x]
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return tuple(_json_copy(v) for v in x)
+    if is_dataclass(x) and not isinstance(x, type):
+        return asdict(x)
+    import copy
+
+    return copy.deepcopy(x)
 
 
 _TOKEN_STRINGS: "OrderedDict[tuple[str, str, int], list[str] | None]" = OrderedDict()
@@ -381,12 +401,14 @@ def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float =
     """
     t0 = time.perf_counter()
     top = ranking.documents[:CONTEXT_SIZE]
-    key = (id(resources), ranking.query, tuple((d.id, d.rank, d.text) for d in top), float(eta_q),
+    key = (id(resources), ranking.query, tuple((d.id, d.rank, d.text) for d in top),
            bool(trace_tokens), bool(inline_traces))
     hit = _CANDIDATES.get(key)
     if hit is not None and hit[0] is resources:
         _CANDIDATES.move_to_end(key)
-        return list(hit[1]), {"memoised": (time.perf_counter() - t0) * 1000}
+        # η_Q only decides `flagged` (S ≥ η_Q); everything else is the same at any threshold
+        rows = [r if r.flagged == (r.S >= eta_q) else replace(r, flagged=r.S >= eta_q) for r in hit[1]]
+        return rows, {"memoised": (time.perf_counter() - t0) * 1000}
     rows, lat = _score_candidates(ranking, resources, eta_q=eta_q, trace_tokens=trace_tokens,
                                   inline_traces=inline_traces)
     _CANDIDATES[key] = (resources, rows, lat)   # the resources are kept: their id cannot be reused

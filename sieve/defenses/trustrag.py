@@ -80,17 +80,37 @@ def pairwise_rouge(texts: list[str]) -> np.ndarray:
     m = len(texts)
     rouge = np.zeros((m, m))
     toks: list[list[str] | None] = [None] * m
+    masks: list[dict[str, int] | None] = [None] * m
     for i in range(m):
         for j in range(i + 1, m):
             a, b = texts[i], texts[j]
             key = (a, b) if a <= b else (b, a)
             v = _ROUGE_CACHE.get(key)
             if v is None:
-                if toks[i] is None:
-                    toks[i] = word_tokens(a)
-                if toks[j] is None:
-                    toks[j] = word_tokens(b)
-                v = rouge_l(toks[i], toks[j])
+                for x in (i, j):
+                    if toks[x] is None:
+                        toks[x] = word_tokens(texts[x])
+                # the bit-parallel LCS of sieve.defenses.text.lcs_length, with the bit masks of the
+                # longer sequence built once per document instead of once per pair (same integer)
+                ti, tj = toks[i], toks[j]
+                if not ti or not tj:
+                    v = rouge_l(ti, tj)
+                else:
+                    long_, short = (i, tj) if len(ti) >= len(tj) else (j, ti)
+                    if masks[long_] is None:
+                        mk: dict[str, int] = {}
+                        for n, tok in enumerate(toks[long_]):
+                            mk[tok] = mk.get(tok, 0) | (1 << n)
+                        masks[long_] = mk
+                    mk = masks[long_]
+                    n_long = len(toks[long_])
+                    full = (1 << n_long) - 1
+                    vv = full
+                    for tok in short:
+                        u = vv & mk.get(tok, 0)
+                        vv = ((vv + u) | (vv - u)) & full
+                    lcs = n_long - vv.bit_count()
+                    v = 0.0 if lcs == 0 else 2.0 * lcs / (len(ti) + len(tj))
                 _ROUGE_CACHE[key] = v
                 if len(_ROUGE_CACHE) > _ROUGE_CACHE_SIZE:
                     _ROUGE_CACHE.popitem(last=False)
