@@ -59,8 +59,10 @@ def one(args: argparse.Namespace) -> None:
     from sieve.index.knn import sampled_recall, unit_matrix
     from sieve.scale.shards import open_shards
 
+    peak = {}
     shards = open_shards(Path(args.one))
     ids, texts, vectors = shards.ids, shards.texts, shards.vectors
+    peak["open_shards"] = _peak_gib()
     n = len(ids)
     params = RSGParams(mode=args.mode)
     layout = None
@@ -73,6 +75,7 @@ def one(args: argparse.Namespace) -> None:
     else:
         audit = audit_corpus(ids, texts, vectors, params, recall_sample=0)
     seconds = time.perf_counter() - t
+    peak["audit"] = _peak_gib()
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)   # this process, all threads
     rec = None
@@ -81,6 +84,7 @@ def one(args: argparse.Namespace) -> None:
         t = time.perf_counter()
         rec = sampled_recall(unit_matrix(vectors), audit.neighbour_ids, sample=1000)
         rec_s = time.perf_counter() - t
+        peak["recall_sample"] = _peak_gib()
     np.save(Path(args.flags_out), audit.flagged)
     kind = np.load(Path(args.one) / "kind.npy")
     print(json.dumps({
@@ -88,8 +92,15 @@ def one(args: argparse.Namespace) -> None:
         "docs_per_cpu_s": n / cpu if cpu > 0 else None,
         "recall": rec, "recall_seconds": rec_s, "flags": int(audit.flagged.sum()),
         "coordinated_flagged": float(audit.flagged[kind == 2].mean()) if (kind == 2).any() else None,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+        "peak_rss_gib": _peak_gib(), "peak_rss_after_gib": peak,
         "knn": audit.knn, "ray": layout}), flush=True)
+
+
+def _peak_gib() -> float:
+    """Peak RSS of this process so far (ru_maxrss, KiB on Linux) in GiB; read after each phase it
+    shows which phase set the peak (the recall sample's exact blocks took 16 GB at 1M before
+    sieve/index/knn.py capped them)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 3)
 
 
 def exact_estimate(path: Path, sample: int = 2000) -> float:
@@ -161,7 +172,8 @@ def main() -> None:
                 done.append(r)
                 print(f"# done: {engine} {mode} {n:,}: {r['docs_per_s']:,.0f} docs/s, "
                       f"recall {r['recall']['recall'] if r.get('recall') else 'exact'}, "
-                      f"peak RSS {r['peak_rss_gib']:.2f} GiB", flush=True)
+                      f"peak RSS {r['peak_rss_gib']:.2f} GiB (peak after "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in r.get("peak_rss_after_gib", {}).items()) + ")", flush=True)
         base_flags = None
         if n <= args.exact_max:
             r = run_child(path, "local", "exact", workdir / f"flags-{n}-local-exact.npy")
