@@ -10,9 +10,9 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
   clean queries (calibrate on one half, measure on the other): mean, p10–p90 and max — one split
   says little, because the documents of one query are correlated and the queries are ordered by topic;
 * every configuration — the default evidence, all-but-one for each evidence, the default plus
-  RAGDefender, and the omnibus and min-p combinations instead of Fisher — is calibrated the same way and run
-  on the first ``--limit`` targets of every family: poison-in-context with a Wilson 95 % interval
-  (the ablation table);
+  RAGDefender or TrustRAG's ROUGE-L near-copy signal, and the omnibus and min-p combinations
+  instead of Fisher — is calibrated the same way and run on the first ``--limit`` targets of every
+  family: poison-in-context with a Wilson 95 % interval (the ablation table);
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
   other families only;
 * warm latency (per-document caches filled by a first pass) of the full detector per query, p50/p95,
@@ -111,8 +111,9 @@ def main() -> None:
     configs = {"default": {"evidence": full}}
     if not a.no_ablation:
         configs.update({f"without {e}": {"evidence": tuple(x for x in full if x != e)} for e in full})
-        if "ragdefender" not in full:
-            configs["with ragdefender"] = {"evidence": full + ("ragdefender",)}
+        for extra in ("ragdefender", "rouge"):
+            if extra not in full:
+                configs[f"with {extra}"] = {"evidence": full + (extra,)}
         configs["omnibus (Fisher or min-p)"] = {"evidence": full, "combine": "omnibus"}
         configs["min-p only"] = {"evidence": full, "combine": "minp"}
     print(f"fusion bench: {len(calib)} calibration / {len(test_clean)} held-out clean queries, "

@@ -14,7 +14,10 @@ Evidence per document (each oriented "higher = more suspicious"):
   form a tight cluster, docs/algorithms.md §8.2);
 * ``perplexity`` — exp(mean token NLL) under the packaged causal LM (§8.4);
 * ``answer`` — the answer-level corroboration score (:mod:`sieve.defenses.answer_evidence`);
-* ``ragdefender`` — RAGDefender's per-passage score when a ``ragdefender`` defense is registered.
+* ``ragdefender`` — RAGDefender's per-passage score when a ``ragdefender`` defense is registered;
+* ``rouge`` — TrustRAG's near-copy signal per document: the largest ROUGE-L F1 of the document to
+  another of the first ``cohesion_scope`` survivors (:func:`sieve.defenses.trustrag.pairwise_rouge`;
+  docs/algorithms.md §8.2). Opt-in, like ``ragdefender``.
 
 Calibration (:meth:`Fusion.calibrate`) reads clean rankings only: the evidence of every document of
 the clean generation contexts forms, per evidence, an empirical null distribution; a document's
@@ -72,9 +75,9 @@ from sieve.types import Decision, Inspection, Ranking
 if TYPE_CHECKING:
     from sieve.resources import Resources
 
-EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender")
-#: The evidence used unless ``evidence=`` says otherwise (module docstring: RAGDefender's latency).
-DEFAULT_EVIDENCE = tuple(e for e in EVIDENCE if e != "ragdefender")
+EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender", "rouge")
+#: The evidence used unless ``evidence=`` says otherwise (module docstring).
+DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer")
 #: How per-evidence p-values are combined into the fused score.
 COMBINE = ("fisher", "omnibus", "minp")
 #: p-value at or below which an evidence is named in the reason.
@@ -208,6 +211,15 @@ class Fusion(Defense):
                 for i in ctx:
                     top2 = np.sort(S[where[i]])[-2:]
                     out[i]["cohesion"] = float(np.mean(top2))
+        if "rouge" in ev:
+            from sieve.defenses.trustrag import pairwise_rouge
+
+            scope = survivors[:max(int(self.cohesion_scope), k)]
+            if len(scope) >= 2:
+                R = pairwise_rouge([docs[i].text for i in scope])
+                where = {i: j for j, i in enumerate(scope)}
+                for i in ctx:
+                    out[i]["rouge"] = float(R[where[i]].max())
         if "answer" in ev:
             texts = [d.text for d in docs]
             ref = [i for i in survivors if i not in set(ctx)]

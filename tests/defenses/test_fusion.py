@@ -148,3 +148,16 @@ def test_the_budget_bounds_the_whole_refill_procedure_on_calibration_queries():
     assert d.threshold >= d.document_threshold_
     single = Fusion(evidence=("l2", "cohesion", "answer"), max_rounds=1).calibrate(rankings, res, clean_budget=0.1)
     assert single.threshold == single.document_threshold_
+
+
+def test_rouge_evidence_scores_a_near_copy_pair_in_the_context():
+    res = resources_with()
+    d = Fusion(evidence=("rouge",)).calibrate(_clean_rankings(), res)
+    gold = "Canberra became the capital of Australia in 1913 after a long rivalry between Sydney and Melbourne."
+    copy = gold.replace("Canberra", "Sydney", 1)
+    ranking = ranking_of(Q, [copy, gold] + CLEAN[30:53], poison=[True] + [False] * 24)
+    out = d.inspect(ranking, res, 5)
+    by_id = {x.doc_id: x for x in out.decisions}
+    assert by_id["d0"].evidence["values"]["rouge"] > 0.9
+    assert by_id["d0"].removed
+    assert by_id["d2"].evidence["values"]["rouge"] < by_id["d0"].evidence["values"]["rouge"]
