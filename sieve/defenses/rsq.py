@@ -81,9 +81,29 @@ def surprisal_gate(w: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # E_a: answer-anchor concentration (§3.2)
 # ---------------------------------------------------------------------------------------------
+_PER_TEXT: "OrderedDict[tuple[str, str], Any]" = OrderedDict()
+_PER_TEXT_SIZE = 50_000
+
+
+def _per_text(kind: str, text: str, fn: Any) -> Any:
+    """``fn(text)`` memoised per (kind, text): a pure function of one document's text, asked again
+    for the same document in every ranking (and defense) it appears in. Callers must not modify it."""
+    key = (kind, text)
+    v = _PER_TEXT.get(key)
+    if v is None:
+        v = _PER_TEXT[key] = fn(text)
+        if len(_PER_TEXT) > _PER_TEXT_SIZE:
+            _PER_TEXT.popitem(last=False)
+    return v
+
+
+def _content_candidates(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t for t in ascii_tokens(text) if len(t) >= 3 or t.isdigit()))
+
+
 def content_token_set(text: str, query_tokens: set[str]) -> set[str]:
     """Content tokens (§3.2 step 3): not in the query, and length ≥ 3 or all digits."""
-    return {t for t in ascii_tokens(text) if t not in query_tokens and (len(t) >= 3 or t.isdigit())}
+    return {t for t in _per_text("content", text, _content_candidates) if t not in query_tokens}
 
 
 @dataclass
@@ -137,7 +157,7 @@ def anchor_scores(texts: Sequence[str], query: str, k: int = CANDIDATE_COUNT) ->
 def integrity_scores(texts: Sequence[str], k: int = CANDIDATE_COUNT) -> list[dict[str, float]]:
     """p_i and E_i = −log10 max(ε, p_i) / log10(2(n − k + 1)) for the first ``k`` texts."""
     n = len(texts)
-    fr = [mixed_script_fraction(t) for t in texts]
+    fr = [_per_text("mixed", t, mixed_script_fraction) for t in texts]
     tail = fr[k:]
     norm = math.log10(2 * (n - k + 1))
     rows = []

@@ -22,10 +22,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import zlib
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -167,82 +168,80 @@ def _ref_line(ref: str, body: str) -> str:
     return f"{_HEAD}{ref}{_BODY}{body}}}\n"
 
 
-def _read_text(path: Path) -> str:
+def _lines(path: Path, fh: Any) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of a binary file object; a gzip stream that ends inside a member (an
+    interrupted write; the writer sync-flushes per line) ends the iteration with its last whole line."""
+    i = 0
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        line = path.read_bytes()[: e.start].count(b"\n") + 1
-        raise RunError(f"{path}:{line}: not UTF-8 text (damaged); repair or delete the line, or rerun with --force") from None
+        for i, b in enumerate(fh, 1):
+            yield i, b
+    except EOFError:
+        return
+    except (OSError, zlib.error) as e:   # gzip.BadGzipFile is an OSError
+        raise RunError(f"{path}: not a gzip file or damaged ({e}); rerun with --force") from None
+
+
+def _open(path: Path) -> Any:
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
     except OSError as e:
         raise RunError(f"{path}: cannot read it ({e.strerror or e})") from None
 
 
-def _parse_lines(path: Path, raw: str) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
-    """JSON objects of ``raw`` with their line numbers. A malformed *last* line (a run interrupted
-    mid-write) is dropped and the length of the good prefix returned (else None); a malformed line
-    elsewhere is a :class:`RunError` naming the line."""
-    lines = raw.split("\n")
-    out: list[tuple[int, dict[str, Any]]] = []
-    good_chars = 0
-    for i, line in enumerate(lines):
-        if not line.strip():
-            good_chars += len(line) + 1
-            continue
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict):
-                raise ValueError("not an object")
-        except ValueError as e:
-            if all(not rest.strip() for rest in lines[i + 1 :]):
-                return out, good_chars
-            raise RunError(f"{path}:{i + 1}: malformed record ({e}); repair or delete the line, or rerun with --force") from None
-        out.append((i + 1, rec))
-        good_chars += len(line) + 1
-    return out, None
+def _parse_file(path: Path, parse: Callable[[str, int], Any]) -> tuple[list[tuple[int, Any]], int | None]:
+    """``parse(line, number)`` of every non-empty line, streamed (a run's records can be hundreds of
+    MB: the file is never held in memory as one string). A line that cannot be decoded or parsed
+    (``parse`` raises ValueError) is an error naming it unless only blank lines follow it — the
+    last line of an interrupted run — in which case it is dropped and the byte length of the good
+    prefix is returned (else None)."""
+    out: list[tuple[int, Any]] = []
+    good = 0
+    bad: RunError | None = None
+    with _open(path) as fh:
+        for i, b in _lines(path, fh):
+            if bad is not None:
+                if b.strip():
+                    raise bad
+                continue
+            if not b.strip():
+                good += len(b)
+                continue
+            try:
+                out.append((i, parse(b.decode("utf-8"), i)))
+            except RunError as e:
+                bad = e
+                continue
+            except UnicodeDecodeError:
+                bad = RunError(f"{path}:{i}: not UTF-8 text (damaged); repair or delete the line, or rerun with --force")
+                continue
+            except ValueError as e:
+                bad = RunError(f"{path}:{i}: malformed record ({e}); repair or delete the line, or rerun with --force")
+                continue
+            good += len(b)
+    return out, (good if bad is not None else None)
 
 
-def read_gzip_text(path: Path) -> tuple[str, bool]:
-    """The text of a (multi-member) gzip file and whether it ended cleanly; an interrupted last
-    member is read up to its last flushed byte (the writer sync-flushes after every line)."""
-    data = path.read_bytes()
-    parts: list[bytes] = []
-    complete = True
-    while data:
-        d = zlib.decompressobj(31)
-        try:
-            parts.append(d.decompress(data))
-        except zlib.error as e:
-            raise RunError(f"{path}: not a gzip file or damaged ({e}); rerun with --force") from None
-        if not d.eof:
-            complete = False
-            break
-        data = d.unused_data
-    try:
-        return b"".join(parts).decode("utf-8"), complete
-    except UnicodeDecodeError:
-        raise RunError(f"{path}: not UTF-8 text inside the gzip stream (damaged); rerun with --force") from None
+def _record(line: str, _i: int) -> dict[str, Any]:
+    rec = json.loads(line)
+    if not isinstance(rec, dict):
+        raise ValueError("not an object")
+    return rec
 
 
-def _side_rows(path: Path, raw: str) -> tuple[dict[str, str], int | None]:
-    """``ref → body text`` of a side file, every line verified against its ref."""
-    rows: dict[str, str] = {}
-    lines = raw.split("\n")
-    good_chars = 0
-    for i, line in enumerate(lines):
-        if not line.strip():
-            good_chars += len(line) + 1
-            continue
+def _side_rows(path: Path, parse: Callable[[str], Any] | None = None) -> tuple[dict[str, Any], int | None]:
+    """``ref → body`` of a side file (the body text, or ``parse(body)``), every line verified against
+    its ref; a last line that does not verify (interrupted write) is dropped (its byte offset returned)."""
+    def row(line: str, i: int) -> tuple[str, Any]:
+        line = line.rstrip("\n")
         ok = line.startswith(_HEAD) and line[len(_HEAD) + _REF_LEN:].startswith(_BODY) and line.endswith("}")
         ref = line[len(_HEAD):len(_HEAD) + _REF_LEN]
         body = line[len(_HEAD) + _REF_LEN + len(_BODY):-1]
         if not ok or _ref(body) != ref:
-            if all(not rest.strip() for rest in lines[i + 1:]):
-                return rows, good_chars
-            raise RunError(f"{path}:{i + 1}: line does not match its reference (damaged or edited); "
-                           "rerun with --force")
-        rows[ref] = body
-        good_chars += len(line) + 1
-    return rows, None
+            raise RunError(f"{path}:{i}: line does not match its reference (damaged or edited); rerun with --force")
+        return ref, (parse(body) if parse else body)
+
+    rows, good = _parse_file(path, row)
+    return dict(v for _, v in rows), good
 
 
 def _prefix_sha256(path: Path, n: int) -> str | None:
@@ -280,49 +279,59 @@ def _decisions_from_columns(cols: dict[str, Any], ranking: list[dict[str, Any]])
     return [dict(zip(_DECISION_FIELDS, vals)) for vals in zip(*columns)]
 
 
-def read_records(run_dir: str | Path, repair: bool = False) -> list[dict[str, Any]]:
+def _without_evidence(rec: dict[str, Any]) -> dict[str, Any]:
+    for d in rec.get("decisions") or []:
+        if isinstance(d, dict) and d.get("evidence"):
+            d["evidence"] = {}
+    return rec
+
+
+def read_records(run_dir: str | Path, repair: bool = False, *, evidence: bool = True) -> list[dict[str, Any]]:
     """Every record of a run directory, whole (see the module docstring for the formats). A
     truncated last line (a run interrupted mid-write) is ignored, and removed from the file when
     ``repair``; a malformed line elsewhere, a side-file line that does not match its reference, or
-    a side file that does not match the run config's checkpoint is an error naming the file."""
+    a side file that does not match the run config's checkpoint is an error naming the file.
+    ``evidence=False`` empties every decision's evidence as it is read (the summary needs none;
+    peak memory stays far below the run's size)."""
     run_dir = Path(run_dir)
     path = run_dir / RECORDS
+    slim = (lambda r: r) if evidence else _without_evidence
     if not path.exists():
         compact = run_dir / COMPACT_RECORDS
         if compact.exists():
-            raw, _ = read_gzip_text(compact)
-            return [rec for _, rec in _parse_lines(compact, raw)[0]]
+            return [slim(rec) for _, rec in _parse_file(compact, _record)[0]]
         return []
-    raw = _read_text(path)
-    parsed, good = _parse_lines(path, raw)
+    parsed, good = _parse_file(path, lambda line, i: slim(_record(line, i)))
     if good is not None and repair:
-        path.write_text(raw[:good], encoding="utf-8")
+        os.truncate(path, good)
     if not any("detail_ref" in rec for _, rec in parsed):
         return [rec for _, rec in parsed]
     if not repair and (run_dir / "config.json").exists():
         verify_side_files(run_dir, read_run_config(run_dir / "config.json"))
-    rankings: dict[str, str] = {}
+    rankings: dict[str, Any] = {}
     if (run_dir / RANKINGS).exists():
-        rk_raw = _read_text(run_dir / RANKINGS)
-        rankings, rk_good = _side_rows(run_dir / RANKINGS, rk_raw)
+        rankings, rk_good = _side_rows(run_dir / RANKINGS)
         if rk_good is not None and repair:
-            (run_dir / RANKINGS).write_text(rk_raw[:rk_good], encoding="utf-8")
-    details: dict[str, str] = {}
-    if (run_dir / DETAILS).exists():
-        d_raw, complete = read_gzip_text(run_dir / DETAILS)
-        details, d_good = _side_rows(run_dir / DETAILS, d_raw)
-        if repair and (d_good is not None or not complete):
-            from sieve.safe_io import atomic_write_bytes
+            os.truncate(run_dir / RANKINGS, rk_good)
 
-            atomic_write_bytes(run_dir / DETAILS, gzip.compress(d_raw[:d_good].encode("utf-8") if d_good is not None
-                                                                 else d_raw.encode("utf-8"), 6))
+    def body(text: str) -> Any:
+        if not evidence:
+            obj = json.loads(text)
+            obj.get("decisions", {}).pop("evidence", None)
+            return obj
+        return text
+
+    details: dict[str, Any] = {}
+    if (run_dir / DETAILS).exists():
+        details, d_good = _side_rows(run_dir / DETAILS, body)
+        if repair and (d_good is not None or not _gzip_complete(run_dir / DETAILS)):
+            _rewrite_gzip_prefix(run_dir / DETAILS, d_good)
     out: list[dict[str, Any]] = []
     parsed_rankings: dict[str, list[dict[str, Any]]] = {}
     for line, rec in parsed:
         if "detail_ref" not in rec:
             out.append(rec)
             continue
-        rec = dict(rec)
         rref, dref = rec.pop("ranking_ref", None), rec.pop("detail_ref")
         if dref not in details:
             if repair and line == parsed[-1][0]:
@@ -338,13 +347,45 @@ def read_records(run_dir: str | Path, repair: bool = False) -> list[dict[str, An
             if rref not in parsed_rankings:
                 parsed_rankings[rref] = json.loads(rankings[rref])
             ranking = list(parsed_rankings[rref])
-        body = json.loads(details[dref])
+        b = details[dref]
+        b = json.loads(b) if isinstance(b, str) else b
         rec["ranking"] = ranking
-        rec["decisions"] = _decisions_from_columns(body.get("decisions") or {}, ranking)
-        if "info" in body:
-            rec["info"] = body["info"]
+        rec["decisions"] = _decisions_from_columns(b.get("decisions") or {}, ranking)
+        if not evidence:
+            for d in rec["decisions"]:
+                d["evidence"] = {}
+        if "info" in b:
+            rec["info"] = b["info"]
         out.append(rec)
     return out
+
+
+def _gzip_complete(path: Path) -> bool:
+    """True when the gzip file ends with a whole member (not an interrupted write)."""
+    try:
+        with gzip.open(path, "rb") as fh:
+            while fh.read(1 << 20):
+                pass
+    except EOFError:
+        return False
+    except (OSError, zlib.error):
+        return True     # damaged, not truncated: left for the reader's error
+    return True
+
+
+def _rewrite_gzip_prefix(path: Path, good: int | None) -> None:
+    """Rewrite an interrupted gzip side file as one whole member holding its good lines."""
+    from sieve.safe_io import atomic_write_bytes
+
+    data = bytearray()
+    with gzip.open(path, "rb") as fh:
+        for _, b in _lines(path, fh):
+            data += b
+    if good is not None:
+        del data[good:]
+    elif data and not data.endswith(b"\n"):
+        del data[data.rfind(b"\n") + 1:]
+    atomic_write_bytes(path, gzip.compress(bytes(data), 6))
 
 
 class RecordWriter:
@@ -358,7 +399,7 @@ class RecordWriter:
         self._rankings: set[str] = set()
         rk = self.dir / RANKINGS
         if rk.exists():
-            self._rankings = set(_side_rows(rk, _read_text(rk))[0])
+            self._rankings = set(_side_rows(rk)[0])
         self._sha = {RANKINGS: hashlib.sha256(), DETAILS: hashlib.sha256()}
         self._bytes = {RANKINGS: 0, DETAILS: 0}
         for name in (RANKINGS, DETAILS):

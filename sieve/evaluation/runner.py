@@ -166,7 +166,8 @@ def run_eval(
         for f in (*(run_dir / n for n in RECORD_FILES), run_dir / "summary.json", run_dir / "answers.sqlite",
                   run_dir / "report.html"):
             f.unlink(missing_ok=True)
-    existing = read_records(run_dir, repair=True)
+    # resume: only the keys are needed (evidence left out; the list is dropped below, not held during the run)
+    existing = read_records(run_dir, repair=True, evidence=False)
     if existing and cfg_path.exists():
         old = read_run_config(cfg_path)
         old_fp = old.get("fingerprint", {})
@@ -184,6 +185,7 @@ def run_eval(
 
     seed_everything(seed)
     done = {record_key(r) for r in existing}
+    del existing
     cfg: dict[str, Any] = {
         "sieve_version": sieve_version(),
         "python": platform.python_version(),

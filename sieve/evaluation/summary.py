@@ -183,7 +183,7 @@ def write_summary(run_dir: str | Path, dataset: str | None = None, retriever: st
     if retriever is None:
         retriever = cfg.get("models", {}).get("retriever") or cfg.get("models_config", {}).get("retriever", "")
     fp = cfg.get("fingerprint", {})
-    summary = summarize_records(read_records(run_dir), dataset or "", retriever or "",
+    summary = summarize_records(read_records(run_dir, evidence=False), dataset or "", retriever or "",
                                 defense_order=defense_order or fp.get("defenses"),
                                 condition_order=condition_order or fp.get("attacks"),
                                 budget=float(cfg.get("clean_budget", 0.05)))
