@@ -12,7 +12,8 @@ resident memory (``ru_maxrss``) of the child is reported.
 
 ``--eval N`` instead runs ``sieve eval demo_data --no-llm --limit N`` (default defenses: all
 registered) end to end in a fresh process and empty cache per tree, and reports wall-clock, peak
-RSS (``/usr/bin/time``) and the size of ``records.jsonl``.
+RSS (``/usr/bin/time``) and the size of the run's record files (``records.jsonl`` and, from
+format 2, its side files); ``sieve bench eval`` is the warm-cache comparison with CPU seconds.
 
 ``--baseline DIR`` is a checkout of the landed code (``git worktree add /tmp/landed 6f6e11b``),
 measured in the same run, alternating with this tree, so the ratio holds on a busy machine. The
@@ -127,7 +128,8 @@ def run_eval(root: Path, limit: int, defenses: str | None) -> dict:
         raise SystemExit(f"eval failed for {root} (exit {p.returncode}):\n{p.stderr[-3000:]}")
     rss = next((int(x.split()[1]) for x in p.stderr.splitlines() if x.startswith("MAXRSS ")), 0) / 1024
     rec = out / "records.jsonl"
-    return {"wall_s": wall, "peak_rss_mb": rss, "records_mb": rec.stat().st_size / 1e6,
+    files = [out / n for n in ("records.jsonl", "rankings.jsonl", "decisions.jsonl.gz") if (out / n).exists()]
+    return {"wall_s": wall, "peak_rss_mb": rss, "records_mb": sum(f.stat().st_size for f in files) / 1e6,
             "n_records": sum(1 for _ in rec.open(encoding="utf-8")), "load": load}
 
 
