@@ -421,8 +421,9 @@ def score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float =
     """
     t0 = time.perf_counter()
     top = ranking.documents[:CONTEXT_SIZE]
+    # trace_tokens only matters with inline traces (fusion asks without tokens, RSQ with: same rows)
     key = (id(resources), ranking.query, tuple((d.id, d.rank, d.text) for d in top),
-           bool(trace_tokens), bool(inline_traces))
+           bool(trace_tokens) if inline_traces else None, bool(inline_traces))
     hit = _CANDIDATES.get(key)
     if hit is not None and hit[0] is resources:
         _CANDIDATES.move_to_end(key)

@@ -166,8 +166,26 @@ class L2Features:
 def l2_features(query: QueryGrams, text: str, prefix_token_count: int = 20) -> L2Features:
     """§2.3 features of one document: prefix P = first T tokens (T clamped to ≥ 5); Jaccard of sets;
     query-side bigram/trigram recall |Q ∩ P| / max(1, |Q|); repeat_trigger = the ≤12-token query
-    prefix string occurs ≥ 2 times (non-overlapping, raw substring) in the space-joined P."""
+    prefix string occurs ≥ 2 times (non-overlapping, raw substring) in the space-joined P.
+    Memoised per (query, text, T): the same document meets the same query in every condition's
+    ranking and in every TRIS preset and fusion; each call returns its own copy."""
     T = max(5, int(prefix_token_count))
+    key = (tuple(query.tokens), query.prefix_string, len(query.token_set), len(query.bigrams),
+           len(query.trigrams), text, T)
+    hit = _L2_CACHE.get(key)
+    if hit is None:
+        hit = _L2_CACHE[key] = _l2_features(query, text, T)
+        if len(_L2_CACHE) > _L2_CACHE_SIZE:
+            _L2_CACHE.popitem(last=False)
+    return L2Features(hit.jaccard, hit.bigram_overlap, hit.trigram_overlap, hit.repeat_trigger,
+                      list(hit.prefix_tokens))
+
+
+_L2_CACHE: "OrderedDict[tuple[Any, ...], L2Features]" = OrderedDict()
+_L2_CACHE_SIZE = 50_000
+
+
+def _l2_features(query: QueryGrams, text: str, T: int) -> L2Features:
     P = word_tokens(text)[:T]
     sp = set(P)
     union = query.token_set | sp
