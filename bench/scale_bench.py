@@ -3,6 +3,7 @@ with exact, peak RSS.
 
     sieve bench scale [--sizes 10000,100000,1000000] [--engines local,ray] [--modes ivf]
                       [--exact-max 100000] [--ray-max 100000] [--dim 384] [--workdir DIR]
+    sieve bench scale --embed 10000 [--embed-retriever tiny-hashing|MODEL] [--engines local,ray] [--repeats R]
 
 For each size a clustered synthetic corpus (sieve/scale/synthetic.py: topics, sub-topics,
 near-duplicate and coordinated groups) is written once as float16 shards (sieve/scale/shards.py).
@@ -10,6 +11,12 @@ Every (engine, mode, size) then runs in a fresh subprocess that memory-maps the 
 RSS (ru_maxrss) is its own. Timed: RSG given the vectors — float16→float32 conversion, kNN,
 per-document statistics, script integrity, corpus tail and flags. Not timed: generating and opening
 the shards, and the recall sample (timed and printed separately).
+
+``--embed N`` times the user path ``sieve audit --corpus`` instead (sieve/experiment/audit.py:
+``run_corpus_audit``): a JSONL corpus of N synthetic texts is embedded with ``--embed-retriever``
+(tiny-hashing, or a real model name) into shards and audited, once per engine (local baseline, then
+ray) and repeat, each in a fresh shard directory; printed: embedding docs/s (p50/p90), ray ÷ local,
+and the RSG seconds.
 
 Wall-clock docs/s depend on what else runs on the machine; each run also reports its own CPU time
 (user + system, all threads of the process) and docs per CPU-second, which do not.
@@ -115,6 +122,54 @@ def exact_estimate(path: Path, sample: int = 2000) -> float:
     return sample / (time.perf_counter() - t)
 
 
+def embed_bench(args: argparse.Namespace, workdir: Path) -> None:
+    """``--embed N``: sieve audit --corpus end to end, local vs ray, embedding docs/s."""
+    from functools import partial
+
+    from sieve.experiment.audit import run_corpus_audit
+    from sieve.scale.synthetic import SyntheticCorpus
+
+    n = args.embed
+    src = workdir / f"embed-{n}.jsonl"
+    if not src.exists():
+        ch = SyntheticCorpus(n, dim=8, seed=0).chunk(0, n)
+        with open(src, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps({"id": i, "text": t}) + "\n" for i, t in zip(ch.ids, ch.texts))
+    if args.embed_retriever == "tiny-hashing":
+        from sieve.models.tiny import HashingEmbedder
+
+        factory, model_id = partial(HashingEmbedder, dim=64), HashingEmbedder(dim=64).model_id
+    else:
+        from sieve.config import SieveConfig
+        from sieve.models.loaders import embedder_model_id, load_embedder
+
+        factory = partial(load_embedder, args.embed_retriever, SieveConfig.load(None))
+        model_id = embedder_model_id(args.embed_retriever)
+    rows: dict[str, list[dict]] = {}
+    for engine in args.engines.split(","):
+        for r in range(max(1, args.repeats)):
+            with tempfile.TemporaryDirectory(dir=workdir) as wd:
+                t = time.perf_counter()
+                rep, ing = run_corpus_audit(src, workdir=Path(wd), embedder=factory, model_id=model_id,
+                                            mode="auto", engine=engine, progress=False)
+                rows.setdefault(engine, []).append({"embed_docs_per_s": ing.docs_per_second,
+                                                    "rsg_seconds": rep.summary["seconds"],
+                                                    "total_seconds": time.perf_counter() - t,
+                                                    "flags": rep.summary["flags"]})
+                print(f"# {engine} run {r + 1}: {ing.docs_per_second:,.0f} docs/s embedding, "
+                      f"total {time.perf_counter() - t:.1f} s", flush=True)
+    base = float(np.percentile([x["embed_docs_per_s"] for x in rows.get("local", [])], 50)) if "local" in rows else None
+    print(f"# sieve audit --corpus, {n:,} synthetic texts, retriever {model_id}, repeats {args.repeats}")
+    print(f"{'engine':<6} {'embed docs/s p50/p90':>22} {'vs local':>8} {'RSG s p50':>9} {'total s p50':>11} {'flags':>6}")
+    for engine, rs in rows.items():
+        rates = [x["embed_docs_per_s"] for x in rs]
+        p50, p90 = np.percentile(rates, 50), np.percentile(rates, 90)
+        print(f"{engine:<6} {f'{p50:,.0f}/{p90:,.0f}':>22} {(p50 / base if base else float('nan')):>7.2f}x "
+              f"{np.percentile([x['rsg_seconds'] for x in rs], 50):>9.2f} "
+              f"{np.percentile([x['total_seconds'] for x in rs], 50):>11.1f} {rs[-1]['flags']:>6}")
+    print(f"# load average at end {os.getloadavg()[0]:.1f} (shared box: other jobs run concurrently)", flush=True)
+
+
 def run_child(path: Path, engine: str, mode: str, flags_out: Path) -> dict:
     cmd = [sys.executable, __file__, "--one", str(path), "--engine", engine, "--mode", mode, "--flags-out", str(flags_out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -134,6 +189,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="also write every result to this file")
+    ap.add_argument("--embed", type=int, default=0, help="time sieve audit --corpus on N synthetic texts instead")
+    ap.add_argument("--embed-retriever", default="tiny-hashing", help="retriever for --embed (a model name)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="local", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="ivf", help=argparse.SUPPRESS)
@@ -146,6 +203,9 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"# machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "
           f"(shared box: other jobs run concurrently)", flush=True)
+    if args.embed:
+        embed_bench(args, workdir)
+        return
     results = []
     header = (f"{'engine':<6} {'mode':<6} {'size':>9} {'docs/s':>9} {'p50/p90':>15} {'vs exact':>8} "
               f"{'recall@16 (95% CI, n)':>30} {'overlap':>8} {'flags':>6} {'coord':>5} {'peak RSS':>9}")

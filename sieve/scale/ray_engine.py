@@ -32,6 +32,7 @@ running.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from contextlib import contextmanager
@@ -87,6 +88,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     try:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
+        # Ray Data logs every dataset's start and end at INFO on the terminal; the audit prints its own
+        # progress and the stage timings (layout["seconds"]), so only warnings get through
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
         yield ray
     finally:
         if started:
