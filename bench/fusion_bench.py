@@ -9,10 +9,10 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
 * the held-out clean removal of the default detector over ``--splits`` random 50/50 splits of the
   clean queries (calibrate on one half, measure on the other): mean, p10–p90 and max — one split
   says little, because the documents of one query are correlated and the queries are ordered by topic;
-* every configuration — the default evidence, all-but-one for each evidence, the default plus
-  RAGDefender or TrustRAG's ROUGE-L near-copy signal, and the omnibus and min-p combinations
-  instead of Fisher — is calibrated the same way and run on the first ``--limit`` targets of every
-  family: poison-in-context with a Wilson 95 % interval (the ablation table);
+* every configuration — the default evidence, all-but-one for each evidence, the default plus the
+  answer evidence, RAGDefender or TrustRAG's ROUGE-L near-copy signal, and the omnibus and min-p
+  combinations instead of Fisher — is calibrated the same way and run on the first ``--limit``
+  targets of every family: poison-in-context with a Wilson 95 % interval (the ablation table);
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
   other families only;
 * warm latency (per-document caches filled by a first pass) of the full detector per query, p50/p95,
@@ -111,7 +111,7 @@ def main() -> None:
     configs = {"default": {"evidence": full}}
     if not a.no_ablation:
         configs.update({f"without {e}": {"evidence": tuple(x for x in full if x != e)} for e in full})
-        for extra in ("ragdefender", "rouge"):
+        for extra in ("answer", "ragdefender", "rouge"):
             if extra not in full:
                 configs[f"with {extra}"] = {"evidence": full + (extra,)}
         configs["omnibus (Fisher or min-p)"] = {"evidence": full, "combine": "omnibus"}

@@ -44,9 +44,13 @@ rescored refill, run on every calibration query by a detector fitted on the othe
 removes at most the budget of the clean documents it scores. No attack document is read: rankings with a
 poison-labelled document or a non-clean condition are refused.
 
-Default evidence: every method except ``ragdefender``, whose ~90 ms per query (measured warm at
-depth 50) alone would exceed the fused detector's 50 ms latency goal; pass ``evidence=`` with it to
-add it (the ablation in ``bench/fusion_bench.py`` reports both).
+Default evidence: TRIS L2, RSQ, RSG, cohesion and perplexity. Opt-in (``evidence=``): ``answer``,
+``ragdefender`` and ``rouge``. The default was chosen by the leave-one-family-out rule
+(:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
+``bench/fusion_bench.py``: for every one of the eleven demo families, the configuration chosen on the
+*other ten* was "without answer" (it also removed fewer held-out clean documents: 3.9 % vs 4.5 %).
+RAGDefender costs ~90 ms per query warm, more than the fused detector's 50 ms latency goal;
+``rouge`` holds near-duplicate poisons but was not chosen on the other families.
 
 Rescored refill: the first ``k_ctx`` survivors are scored; removed documents are replaced by the
 next survivors, which are scored too (RSQ and answer evidence are recomputed on the ranking without
@@ -77,7 +81,7 @@ if TYPE_CHECKING:
 
 EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender", "rouge")
 #: The evidence used unless ``evidence=`` says otherwise (module docstring).
-DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer")
+DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity")
 #: How per-evidence p-values are combined into the fused score.
 COMBINE = ("fisher", "omnibus", "minp")
 #: p-value at or below which an evidence is named in the reason.
@@ -117,8 +121,8 @@ class Fusion(Defense):
     """
 
     name = "fusion"
-    summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion, perplexity and answer evidence: clean-only "
-               "p-values, Fisher combination, budget threshold, rescored refill.")
+    summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion and perplexity evidence (answer, RAGDefender, ROUGE-L "
+               "opt-in): clean-only p-values, Fisher combination, budget threshold, rescored refill.")
     paper = "Sieve extension (docs/algorithms.md §14.2)"
     needs = ("retriever", "judge", "causal_lm", "token_encoder")
     corpus_time = True
