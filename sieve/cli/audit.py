@@ -51,7 +51,8 @@ def audit_command(
                                                     "against exact on 1,000 documents), or auto (exact up to 20,000 "
                                                     "documents, ivf past that)."),
     engine: str = typer.Option("local", "--engine", help="local: run in this process; ray: run the same audit as a "
-                                                         "Ray Data pipeline (needs pip install 'sieve[ray]'); starts "
+                                                         "Ray Data pipeline (needs pip install 'sieve\\[ray]'; with "
+                                                         "--corpus the embedding runs on Ray actors too); starts "
                                                          "a local Ray instance unless --ray-address is given."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address",
                                               help="Address of an existing Ray cluster for --engine ray "
