@@ -322,6 +322,22 @@ class ScriptFields(Sequence):
                 "mixed_fraction": float(self.mixed[i]), "transition_rate": float(self.rate[i])}
 
 
+_PROFILES: "OrderedDict[tuple[str, int], Any]" = OrderedDict()
+_PROFILES_SIZE = 20_000
+
+
+def _script_profile(text: str, gate: int) -> Any:
+    """``script_profile`` memoised per (text, gate) (bounded): every condition's snapshot of one
+    ``sieve eval`` holds the same clean documents. The profile is read, never modified."""
+    key = (text, gate)
+    pr = _PROFILES.get(key)
+    if pr is None:
+        pr = _PROFILES[key] = script_profile(text, gate)
+        if len(_PROFILES) > _PROFILES_SIZE:
+            _PROFILES.popitem(last=False)
+    return pr
+
+
 def script_fields(texts: Sequence[str], gate: int) -> tuple[np.ndarray, ScriptFields]:
     """I_i and the script fields of every text (§4.4)."""
     n = len(texts)
@@ -332,7 +348,7 @@ def script_fields(texts: Sequence[str], gate: int) -> tuple[np.ndarray, ScriptFi
     interned: dict[tuple[str, ...], tuple[str, ...]] = {}
     scripts: list[tuple[str, ...]] = []
     for i, t in enumerate(texts):
-        pr = script_profile(t, gate)
+        pr = _script_profile(t, gate)
         key = tuple(pr.scripts)
         scripts.append(interned.setdefault(key, key))
         integrity[i], trans[i], mixed[i], rate[i] = pr.integrity, pr.transitions, pr.mixed_fraction, pr.transition_rate
