@@ -20,7 +20,7 @@ def available() -> dict[str, Path]:
 @app.command("bench")
 @user_errors
 def bench(
-    name: str = typer.Argument(..., help="Benchmark to run, e.g. 'index', 'defenses', 'rsq', 'rsg', 'attacks', 'dashboard', 'serve', 'scale'."),
+    name: str = typer.Argument(..., help="Benchmark to run, e.g. 'index', 'defenses', 'rsq', 'rsg', 'attacks', 'dashboard', 'serve', 'scale', 'eval'."),
     args: list[str] = typer.Argument(None, help="Extra arguments passed to the benchmark script."),
 ) -> None:
     """Run a speed benchmark and print its table (see bench/*.py)."""
