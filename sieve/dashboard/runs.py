@@ -237,8 +237,10 @@ def default_roc_run() -> Path | None:
     """The shipped detection run (all targets, no LLM) used for ROC curves, when present."""
     from sieve.dashboard.session import DEMO_DIR
 
+    from sieve.evaluation.records import COMPACT_RECORDS
+
     p = DEMO_DIR / "runs" / "demo-nollm"
-    return p if (p / "records.jsonl").exists() or (p / "records.jsonl.gz").exists() else None
+    return p if any((p / name).exists() for name in ("records.jsonl", "records.jsonl.gz", COMPACT_RECORDS)) else None
 
 
 #: Record fields the Trade-offs page needs (thresholds, k_ctx, ROC, answers); evidence is dropped

@@ -148,8 +148,10 @@ def corroboration(query: str, texts: Sequence[str], candidates: Sequence[int], r
     for i in candidates:
         agree = sum(states(answers[i], words[j]) for j in candidates if j != i)
         r, n = support[i]
+        # rounded so that equal count pairs (m, r) give equal scores: ln(1+m) − ln(1+r) computed for
+        # two pairs with the same ratio differs in the last bits, which would order true ties
         out[i] = Corroboration(answers[i], agree, r, n, m, answers[best].text if best is not None else "",
-                               math.log1p(m) - math.log1p(r))
+                               round(math.log1p(m) - math.log1p(r), 9))
     return out
 
 
