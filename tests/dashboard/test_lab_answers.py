@@ -167,12 +167,15 @@ def test_demo_shipped_answers_match_the_demo_and_verify_at_least_24_questions():
 
 
 @pytest.mark.realmodel
-def test_demo_class_mode_contexts_are_all_shipped(real_resources):
+def test_demo_class_mode_contexts_are_all_shipped(real_config):
     """With the real retriever, the class-mode contexts of demo questions hash to shipped replies:
-    the lab answers them without loading the generator."""
+    the lab answers them without loading the generator (class mode needs no other model)."""
     from sieve.dashboard import lab as L
     from sieve.dashboard import session as S
     from sieve.evaluation.answers import AnswerCache, Generator
+    from sieve.resources import Resources
+
+    real_resources = Resources(real_config)   # lazy roles, as the dashboard has them: the shipped demo vectors are reused
 
     ds = S.load_dataset(S.DEMO_DIR)
     shipped = L.load_shipped_answers(ds, real_resources.config)
