@@ -7,9 +7,9 @@ Layout (the same audit as the local engine, docs/algorithms.md §4):
    (loaded once in the actor's constructor from a picklable factory), ``EMBED_BATCH_RAY`` texts per
    call, encoded by the same function as the local engine (sieve/index/embedding.py:
    ``embed_documents``). The driver feeds the corpus in windows of ``EMBED_WINDOW_CHUNKS`` shard
-   chunks, gathers each window's vectors by row and writes them as float16 shards with the manifest
-   of sieve/scale/shards.py (so a killed run resumes from the last verified shard); the knn stage
-   then reads the same float16 vectors as the local engine.
+   chunks, gathers the vectors by row and hands each chunk, as soon as all its rows are back, to
+   the float16 shard writer of sieve/scale/shards.py (so a killed run resumes from the last verified
+   shard); the knn stage then reads the same float16 vectors as the local engine.
 1. driver — validate and normalise the vectors (float32 unit rows), choose the kNN plan
    (sieve/index/knn.py) and, for ``ivf``, train the ONE global IVF partition (FAISS k-means + the
    posting lists); put the vectors, the partition and the texts in the Ray object store once.
@@ -132,8 +132,10 @@ def ray_embed_chunks(chunks: Iterable[tuple[list[str], list[str]]], factory: Cal
                                  override_num_blocks=max(1, min(4 * pool, (m + EMBED_BATCH_RAY - 1) // EMBED_BATCH_RAY)))
         ds = ds.map_batches(EmbedActor, fn_constructor_kwargs={"factory": factory}, batch_size=EMBED_BATCH_RAY,
                             batch_format="numpy", num_cpus=1, compute=ray.data.ActorPoolStrategy(size=pool))
+        bounds = np.cumsum([0] + [len(chunk) for _, chunk in win])
         out: np.ndarray | None = None
         seen = np.zeros(m, bool)
+        nxt = 0                                    # the next chunk to hand over (in order)
         for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
             r = b["row"].astype(np.int64)
             if out is None:
@@ -142,16 +144,17 @@ def ray_embed_chunks(chunks: Iterable[tuple[list[str], list[str]]], factory: Cal
                 raise RuntimeError("Ray engine: a text was embedded twice")
             seen[r] = True
             out[r] = b["vector"]
-        if out is None or not seen.all():
+            # a chunk is handed to the shard writer as soon as all its rows are back: the progress
+            # bar and the resumable shards advance chunk by chunk, not window by window
+            while nxt < len(win) and seen[bounds[nxt]: bounds[nxt + 1]].all():
+                yield out[bounds[nxt]: bounds[nxt + 1]]
+                nxt += 1
+        if out is None or not seen.all() or nxt != len(win):
             raise RuntimeError("Ray engine: texts missing from the embedding stage's output")
         if stats is not None:
             stats["windows"] += 1
             stats["rows"] += m
             stats["seconds"] = round(stats["seconds"] + time.perf_counter() - t, 3)
-        s = 0
-        for _, chunk in win:
-            yield out[s: s + len(chunk)]
-            s += len(chunk)
 
     for ch in chunks:
         window.append(ch)
