@@ -36,7 +36,7 @@ def audit_command(
                                                "shard directory written by an earlier run."),
     workdir: Optional[Path] = typer.Option(None, "--workdir",
                                            help="Directory for the shards of --corpus (default: <cache dir>/shards/"
-                                                "<corpus name>-<retriever>). Re-use it to resume."),
+                                                "<corpus name>-<path hash>-<retriever>). Re-use it to resume."),
     shard_rows: int = typer.Option(8192, "--shard-rows", min=1,
                                    help="Rows per shard for --corpus: one embedding call and one file each; an "
                                         "interrupted run loses at most one shard of work."),
@@ -136,7 +136,12 @@ def _corpus_audit(corpus: Path, workdir: Optional[Path], shard_rows: int, out: O
         raise UserError(f"{corpus}: not a shard directory (no manifest.json); for a dataset directory run "
                         f"sieve audit {corpus}")
     factory, model_id = _retriever_factory(cfg)
-    wd = workdir or Path(cfg.cache_dir) / "shards" / f"{name}-{model_id.replace('/', '_')}"
+    if workdir is None:                           # one directory per corpus path and retriever: a re-run finds it
+        import hashlib
+
+        tag = hashlib.sha256(str(corpus.resolve()).encode("utf-8")).hexdigest()[:8]
+        workdir = Path(cfg.cache_dir) / "shards" / f"{name}-{tag}-{model_id.replace('/', '_')}"
+    wd = workdir
     if corpus.is_file() and wd.resolve() == corpus.resolve().parent:
         raise UserError(f"refusing to write shards into {wd}: it holds the corpus; choose another --workdir")
     _check_ledger(cfg, ledger_path, no_ledger)

@@ -228,7 +228,8 @@ def ingest(source: Path, out: Path, embed: Embedder | None, model_id: str, *, ch
         note(f"resume     {out / failed} failed its sha256 check: recomputing it"
              + (f" and {dropped - 1} later shards" if dropped > 1 else ""))
     if note is not None and manifest["complete"]:
-        note(f"resume     all {verified} shards ({done} rows) verified by sha256; nothing to embed")
+        note(f"resume     all {verified} shard{'s' if verified != 1 else ''} ({done} rows) verified by sha256; "
+             "nothing to embed")
     elif note is not None and done:
         note(f"resume     {verified} shards ({done} rows) verified by sha256 and kept; embedding from row {done}")
     if manifest["complete"]:

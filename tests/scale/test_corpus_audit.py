@@ -157,6 +157,17 @@ def test_bad_input_and_foreign_files_are_one_line_errors(corpus, tmp_path):
     assert res.exit_code == 2 and "not a shard directory" in res.output
 
 
+def test_default_workdir_is_found_again(corpus, tmp_path):
+    cmd = ["audit", "--corpus", str(corpus), "--retriever", "tiny-hashing", "--no-ledger", "--out", str(tmp_path / "o")]
+    first = runner.invoke(app, cmd)
+    assert first.exit_code == 0, first.output
+    wd = Path(first.output.splitlines()[0].split(maxsplit=1)[1])
+    assert wd.parent == tmp_path / "cache" / "shards" and wd.name.startswith("big-")
+    again = runner.invoke(app, cmd)
+    assert f"resume     all 1 shard ({N} rows) verified by sha256; nothing to embed" in again.output
+    assert flags_of(tmp_path / "o") and open_shards(wd).ids == [f"d{i}" for i in range(N)]
+
+
 def test_a_shard_directory_is_audited_directly(corpus, tmp_path):
     wd = tmp_path / "wd"
     assert runner.invoke(app, args(corpus, wd, tmp_path / "a")).exit_code == 0
