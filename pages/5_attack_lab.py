@@ -229,5 +229,5 @@ with state.page_guard("Attack lab"):
                 st.write(f"**{md(name)}**")
                 st.text(text)
                 st.caption(E.answer_verdict(text, target.correct_answers, target.target_answer))
-        st.caption(f"Answers took {ans[2]:.1f} s (cached answers return at once).")
+        st.caption(f"Answers took {ans[2]:.1f} s (shipped and cached answers return at once).")
     st.caption("Everything here lives in memory: the sandbox index is a copy, the dataset files are untouched.")
