@@ -51,6 +51,9 @@ def eval_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate only the first N queries of every "
                                                               "condition (quick runs, LLM-heavy defenses)."),
+    calibration_queries: Optional[int] = typer.Option(
+        None, "--calibration-queries", help="Learn thresholds on the first N clean queries of the dataset instead "
+                                            "of the run's own (with --limit, a few queries give an unstable 5 % point)."),
     llm: bool = typer.Option(True, "--llm/--no-llm", help="Allow LLM calls (TRIS L3, TrustRAG consolidation, "
                                                           "RobustRAG). --no-llm marks them skipped/unavailable."),
 ) -> None:
@@ -72,7 +75,8 @@ def eval_command(
     try:
         summary = run_eval(ds, out, res, defenses=_split(defenses), attacks=_split(attacks), generate=generate,
                            k_ctx=k_ctx, depth=depth, seed=seed, calibration=calibration, force=force,
-                           progress=progress, command=command, limit=limit)
+                           progress=progress, command=command, limit=limit,
+                           calibration_queries=calibration_queries)
     except RunError as e:
         raise UserError(str(e)) from None
     except KeyboardInterrupt:
