@@ -1,5 +1,8 @@
 """Defenses × attack conditions → run artifacts (``sieve eval``): the run loop.
 
+Size: just over 500 lines — the run directory checks, resume, calibration on clean data and the
+loop that writes one record per item stay together: they share the run's state and config.
+
 A run directory holds:
 
 * ``config.json``   – everything needed to reproduce the run (versions, models, seeds, defense

@@ -82,10 +82,11 @@ def test_shipped_compact_demo_run_still_reads():
     for want in shipped["results"]:
         got = rows[(want["defense"], want["attack"])]
         assert got["queries"] == want["queries"]
-        # scores are rounded to 6 digits in the compact file: rates are exact, AUROC within rounding
+        # scores are rounded to 6 digits in the compact file: rates are exact; AUROC can move where the
+        # rounding makes or breaks ties (answer scores: up to 0.006 measured), so within 0.01
         assert got["poison_in_context_rate"] == want["poison_in_context_rate"]
         if want["auroc"] is not None:
-            assert math.isclose(got["auroc"], want["auroc"], abs_tol=1e-3)
+            assert math.isclose(got["auroc"], want["auroc"], abs_tol=0.01), (want["defense"], want["attack"])
 
 
 def test_damaged_side_files_are_refused_naming_the_file(tiny_dataset, eval_resources, tmp_path):
