@@ -13,7 +13,7 @@ from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard import glossary as Gl
 from sieve.dashboard.safe import highlight_segments, highlighted_html, md, snippet
-from sieve.experiment.explain import TERMS, with_ledger_state
+from sieve.experiment.explain import FUSION_TERMS, TERMS, with_ledger_state
 
 state.init_state()
 state.sidebar_status()
@@ -208,7 +208,23 @@ with state.page_guard("Query explorer"):
                              "reason": with_ledger_state(d.reason, d.removed, ledger_state.get(doc.id))})
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
                      column_config={"margin": st.column_config.NumberColumn("margin", help=TERMS["margin"]),
-                                    "decision": st.column_config.Column("decision", help=Gl.DECISION_HELP)})
+                                    "decision": st.column_config.Column("decision", help=Gl.DECISION_HELP),
+                                    **{k: st.column_config.Column(k, help=h) for k, h in Gl.DECISION_COLUMN_HELP.items()}})
+        fused = result.results["fusion"].decision_for(doc.id) if "fusion" in result.results else None
+        if fused is not None and (fused.evidence or {}).get("values"):
+            vals, ps = fused.evidence["values"], fused.evidence.get("p_values", {})
+            st.caption("Fusion: each evidence value and its p-value against clean passages (lower p is more "
+                       "suspicious); the reason above names those with p ≤ 0.05.")
+            st.dataframe(pd.DataFrame([{"evidence": k, "value": round(float(v), 3),
+                                        "p": None if ps.get(k) is None else round(float(ps[k]), 3),
+                                        "meaning": FUSION_TERMS.get(k, "")} for k, v in vals.items()]),
+                         hide_index=True, width="stretch",
+                         column_config={"evidence": st.column_config.Column("evidence", help="Evidence name (see meaning)."),
+                                        "value": st.column_config.NumberColumn("value", help="The evidence value, in "
+                                                                               "the units given under meaning."),
+                                        "p": st.column_config.NumberColumn("p", help=FUSION_TERMS["p"]),
+                                        "meaning": st.column_config.Column("meaning", help="What the evidence measures, "
+                                                                           "its range and which direction is suspicious.")})
 
     st.subheader("Context handed to the generator")
     st.caption(Gl.CONTEXT_HELP)

@@ -22,6 +22,19 @@ RANKING_HELP: dict[str, str] = {
 DECISION_HELP = ("The defense's verdict on this passage: kept, removed (with the layer that removed it), "
                  "or 'not examined' when the defense only looks at some ranks (RSQ: ranks 1–5).")
 MARGIN_HELP = TERMS["margin"]
+#: The other columns of the explorer's Decisions tab.
+DECISION_COLUMN_HELP: dict[str, str] = {
+    "defense": "The defense whose verdict this row shows.",
+    "layer": "Which part of the defense decided: L1/L2/L3 for TRIS, RSQ, RSG, fusion, …",
+    "status": "scored: the defense scored this passage; not_examined: outside the ranks it looks at; "
+              "unavailable: its evidence could not be computed (e.g. no LLM configured).",
+    "score": "The defense's score for this passage, in its own units (About the methods); compared with the "
+             "threshold — the margin column shows the difference.",
+    "threshold": "The score at which the defense removes a passage (most remove at score ≥ threshold; TRIS L1 "
+                 "removes the minority cluster and has none).",
+    "reason": "The defense's reason in plain words, with the quarantine-ledger state appended when an analyst "
+              "acted on this document.",
+}
 
 CONTEXT_HELP = "The passages handed to the generator after filtering and refill, in rank order."
 

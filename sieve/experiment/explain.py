@@ -86,6 +86,30 @@ TERMS: dict[str, str] = {
 }
 
 
+#: Plain-language help for the fused detector's evidence (sieve/defenses/fusion.py, docs/algorithms.md
+#: §14.2): each value is turned into a p-value against clean passages, so "p" reads the same for all.
+FUSION_TERMS: dict[str, str] = {
+    "l2": "TRIS L2 prefix overlap (0–1; 10 when the passage repeats the question as its prefix): how much "
+          "of the question the passage's opening words repeat. Higher is more suspicious.",
+    "rsq": "RSQ combined score S (≥ 0) of the passage as a top-5 candidate against ranks 6–20. Higher is more "
+           "suspicious.",
+    "rsg": "RSG corpus score (0–1): density contrast and script integrity of the passage in the whole corpus. "
+           "Higher is more suspicious.",
+    "cohesion": "Cohesion (cosine, −1–1): mean similarity to the passage's two nearest neighbours among the first "
+                "ten passages. Poisons of one target sit unusually close together; higher is more suspicious.",
+    "perplexity": "Perplexity (≥ 1) of the passage under the small local language model. Unusually high is "
+                  "suspicious (odd text, mixed scripts, optimised triggers).",
+    "answer": "Answer score (≥ 0): how much less the passage's answer is corroborated by independent passages "
+              "than the best-corroborated answer. Higher is more suspicious.",
+    "ragdefender": "RAGDefender's per-passage score (its clustering + TF-IDF vote). Higher is more suspicious.",
+    "rouge": "Near-copy score (ROUGE-L F1, 0–1) to the most similar of the first ten passages. Near 1 means two "
+             "passages are copies of each other except a few words — one of them may be an edited copy.",
+    "p": "p-value (0–1) of this value against the same evidence on clean passages of clean questions: the share of "
+         "clean passages at least this extreme. Lower is more suspicious; the fused score combines them "
+         "(Fisher) and removes at the 5 % clean budget.",
+}
+
+
 @dataclass
 class FlagExplanation:
     """Why a document was flagged, in words, with a continuous priority and false-positive hints."""

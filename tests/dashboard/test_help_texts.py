@@ -66,3 +66,24 @@ def test_glossary_terms_say_range_and_direction():
         assert "(" in TERMS[name] and ("suspicious" in TERMS[name] or "Higher" in TERMS[name]), name
     for name in ("poison_in_context_rate", "asr", "clean_removal_rate", "clean_acc", "auroc"):
         assert "0–1" in METRIC_HELP[name] and ("better" in METRIC_HELP[name]), name
+
+
+def test_explorer_shows_the_fusion_evidence_with_help(dash_env):
+    """The fused detector's decision is explained in the Decisions tab: each evidence with its value,
+    its p-value against clean passages and what it means (sieve/experiment/explain.py FUSION_TERMS)."""
+    from sieve.defenses.fusion import EVIDENCE
+    from sieve.experiment.explain import FUSION_TERMS
+
+    assert set(EVIDENCE) | {"p"} <= set(FUSION_TERMS)
+    at = AppTest.from_file(page("2_explorer.py"), default_timeout=TIMEOUT).run()
+    at.multiselect(key="x_defenses").set_value(["fusion"]).run()
+    at.selectbox(key="x_condition").set_value("pr_b").run()
+    assert not at.exception
+    table = next(d for d in at.dataframe if {"evidence", "p", "meaning"} <= set(d.value.columns))
+    assert set(table.value["evidence"]) <= set(FUSION_TERMS) and len(table.value) >= 3
+    assert all(0.0 <= p <= 1.0 for p in table.value["p"].dropna())
+    helps = _column_help(table)
+    assert all(helps.get(c) for c in ("evidence", "value", "p", "meaning")), helps
+    decisions = next(d for d in at.dataframe if {"defense", "reason", "margin"} <= set(d.value.columns))
+    dh = _column_help(decisions)
+    assert all(dh.get(c) for c in decisions.value.columns), dh
