@@ -75,3 +75,16 @@ def chrome(user_data_dir: Path) -> Iterator[object]:
         yield d
     finally:
         d.quit()
+
+
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+
+
+def full_shot(driver, name: str) -> None:
+    """Screenshot the whole page (window grown to the page's height, capped) as SHOTS/<name>.png."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script(
+        "const m = document.querySelector('[data-testid=\"stMain\"]') || document.body; return m.scrollHeight;")
+    driver.set_window_size(1500, min(max(int(height) + 200, 1200), 6000))
+    time.sleep(1.5)
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from _browser import CHROMEDRIVER, CHROMIUM, chrome, streamlit_app
-from _dashdata import ROOT
+from _browser import CHROMEDRIVER, CHROMIUM, chrome, full_shot, streamlit_app
 
 PAGES = ["overview", "corpus", "explorer", "geometry", "tradeoffs", "attack-lab", "alerts"]
-SHOTS = ROOT / "test-artifacts" / "screenshots"
 BAD_TEXT = ("Traceback", "Something went wrong", "Error:", "StreamlitAPIException")
 
 pytestmark = [pytest.mark.browser, pytest.mark.realmodel]
@@ -64,12 +62,7 @@ def test_page_in_browser(server, driver, name):
 
     driver.get(f"{server}/{name}")
     _wait_rendered(driver, timeout=900)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    height = driver.execute_script(
-        "const m = document.querySelector('[data-testid=\"stMain\"]') || document.body; return m.scrollHeight;")
-    driver.set_window_size(1500, min(max(int(height) + 200, 1200), 6000))
-    time.sleep(1.5)
-    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    full_shot(driver, name)
     body = driver.find_element(By.TAG_NAME, "body").text
     assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'), f"exception element on {name}"
     for bad in BAD_TEXT:

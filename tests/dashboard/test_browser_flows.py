@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from _dashdata import write_tiny_dataset, write_tiny_run
-from _browser import CHROMEDRIVER, CHROMIUM, chrome, streamlit_app
-from test_browser import SHOTS, _wait_rendered
+from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, streamlit_app
+from test_browser import _wait_rendered
 
 pytestmark = [pytest.mark.browser]
 

@@ -17,7 +17,8 @@ import pytest
 
 from _browser import CHROMEDRIVER, CHROMIUM, chrome, streamlit_app
 from _dashdata import write_tiny_dataset, write_tiny_run
-from test_browser import SHOTS, _wait_rendered
+from _browser import SHOTS, full_shot
+from test_browser import _wait_rendered
 
 pytestmark = [pytest.mark.browser]
 
@@ -51,12 +52,7 @@ def _select(driver, label: str, option_text: str) -> None:
 
 
 def _full_shot(driver, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    height = driver.execute_script(
-        "const m = document.querySelector('[data-testid=\"stMain\"]') || document.body; return m.scrollHeight;")
-    driver.set_window_size(1500, min(max(int(height) + 200, 1200), 6000))
-    time.sleep(1.5)
-    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    full_shot(driver, name)
     driver.set_window_size(1500, 2200)
 
 

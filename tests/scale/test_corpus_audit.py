@@ -4,16 +4,15 @@ bad input and foreign files are refused with a one-line error (exit 2)."""
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from _kill import kill_after_shards
 from sieve.cli import app
 from sieve.scale.shards import MANIFEST, open_shards, sha256_file
 
@@ -67,18 +66,7 @@ def test_killed_audit_resumes_from_verified_shards_with_the_same_flags(corpus, t
     proc = subprocess.Popen([sys.executable, "-c", SLOW_CLI, *args(corpus, wd, out)],
                             env={**os.environ, "SIEVE_CACHE_DIR": str(tmp_path / "cache")},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:           # kill once ≥ 3 shards are recorded in the manifest
-            try:
-                if len(json.loads((wd / MANIFEST).read_text())["shards"]) >= 3:
-                    break
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=30)
+    kill_after_shards(proc, wd / MANIFEST, 3)
     before = json.loads((wd / MANIFEST).read_text())
     assert not before["complete"] and 3 <= len(before["shards"]) < N // SHARD
     assert not (out / "rsg_audit.json").exists()            # killed before the audit

@@ -2,16 +2,14 @@
 duplicated rows and verified shard hashes; damaged shards are rebuilt; foreign directories refused."""
 import hashlib
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from _kill import kill_after_shards
 from sieve.scale.shards import IngestError, MANIFEST, ingest, open_shards, read_chunks, sha256_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,20 +51,7 @@ def source(tmp_path):
 def test_killed_ingestion_resumes_without_lost_or_duplicated_rows(source, tmp_path):
     out = tmp_path / "shards"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_INGEST, str(source), str(out)])
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:           # kill once a few shards are recorded, mid-way
-            m = out / MANIFEST
-            if m.exists():
-                try:
-                    if len(json.loads(m.read_text())["shards"]) >= 4:
-                        break
-                except json.JSONDecodeError:
-                    pass
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=30)
+    kill_after_shards(proc, out / MANIFEST, 4)           # mid-way: a few shards recorded
     before = json.loads((out / MANIFEST).read_text())
     assert not before["complete"] and 4 <= len(before["shards"]) < N // CHUNK
     done_rows = sum(s["rows"] for s in before["shards"])
