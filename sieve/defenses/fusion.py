@@ -303,8 +303,7 @@ class Fusion(Defense):
             raise ValueError("fusion: no clean documents to calibrate on")
         self.null_ = self._nulls(rows)
         per = self._cross_fitted_pvalues(rows, query_of)
-        self.fisher_null_ = np.sort(np.asarray([fisher_stat(list(p.values())) for p in per if p]))
-        self.minp_null_ = np.sort(np.asarray([minp_stat(list(p.values())) for p in per if p]))
+        self.fisher_null_, self.minp_null_ = self._combination_nulls(per)
         scores = [self._combined(p, member=True) for p in per if p]
         self.clean_scores_ = scores
         self.document_threshold_ = removal_threshold(scores, clean_budget)
@@ -320,27 +319,23 @@ class Fusion(Defense):
         first context and every rescored refill round — removes at most ``budget`` of the clean
         documents it scores on the calibration rankings, each query scored by a detector fitted on
         the other query folds (docs/algorithms.md §14.2). Returns (threshold, (removed, scored))."""
-        queries = sorted(set(query_of))
-        folds = min(int(self.calibration_folds), len(queries))
-        if folds < 2 or int(self.max_rounds) < 2:
+        fold_of = self._fold_of(query_of)
+        if fold_of is None or int(self.max_rounds) < 2:
             return self.document_threshold_, (sum(s >= self.document_threshold_ for s in scores), len(scores))
-        fold_of = {q: j % folds for j, q in enumerate(queries)}
         states = []
-        for k in range(folds):
+        for k in sorted(set(fold_of.values())):
             other = [j for j, q in enumerate(query_of) if fold_of[q] != k]
             st = copy.copy(self)
             st.null_ = self._nulls([rows[j] for j in other])
-            st.fisher_null_ = np.sort(np.asarray([fisher_stat(list(per[j].values())) for j in other if per[j]]))
-            st.minp_null_ = np.sort(np.asarray([minp_stat(list(per[j].values())) for j in other if per[j]]))
+            st.fisher_null_, st.minp_null_ = self._combination_nulls([per[j] for j in other])
             states.append(st)
 
         def removal(t: float) -> tuple[int, int]:
             removed = scored = 0
             for q, r in enumerate(rankings):
-                if q in fold_of:
-                    seen, gone, _ = states[fold_of[q]]._rounds(r, resources, k_ctx, t)
-                    scored += len(seen)
-                    removed += len(gone)
+                seen, gone, _ = states[fold_of[q]]._rounds(r, resources, k_ctx, t)
+                scored += len(seen)
+                removed += len(gone)
             return removed, scored
 
         def within(counts: tuple[int, int]) -> bool:
@@ -369,16 +364,28 @@ class Fusion(Defense):
         null = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64)) for e in self.evidence}
         return {e: v for e, v in null.items() if v.size}
 
+    def _fold_of(self, query_of: list[int]) -> dict[int, int] | None:
+        """Query → fold of the cross-fitted calibration (``calibration_folds``, at most one per
+        query); ``None`` with a single query."""
+        queries = sorted(set(query_of))
+        folds = min(int(self.calibration_folds), len(queries))
+        return {q: j % folds for j, q in enumerate(queries)} if folds >= 2 else None
+
+    @staticmethod
+    def _combination_nulls(per: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted clean Fisher and min-p statistics of documents with these per-evidence p-values."""
+        per = [p for p in per if p]
+        return (np.sort(np.asarray([fisher_stat(list(p.values())) for p in per])),
+                np.sort(np.asarray([minp_stat(list(p.values())) for p in per])))
+
     def _cross_fitted_pvalues(self, rows: list[dict[str, float]], query_of: list[int]) -> list[dict[str, float]]:
         """Per-evidence p-values of each calibration document against the documents of the other
         query folds (module docstring); with a single query, against the other documents."""
-        queries = sorted(set(query_of))
-        folds = min(int(self.calibration_folds), len(queries))
-        if folds < 2:
+        fold_of = self._fold_of(query_of)
+        if fold_of is None:
             return [self._pvalues(row, self._nulls(rows[:j] + rows[j + 1:])) for j, row in enumerate(rows)]
-        fold_of = {q: j % folds for j, q in enumerate(queries)}
         per: list[dict[str, float]] = [{} for _ in rows]
-        for k in range(folds):
+        for k in sorted(set(fold_of.values())):
             null = self._nulls([row for row, q in zip(rows, query_of) if fold_of[q] != k])
             for j, (row, q) in enumerate(zip(rows, query_of)):
                 if fold_of[q] == k:
