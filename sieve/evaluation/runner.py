@@ -244,8 +244,7 @@ def run_eval(
     from sieve.experiment import Experiment
 
     experiment = Experiment(ds, resources, depth=depth)   # no quarantine: results never depend on triage state
-    state = _RunState(experiment, plan, defs, k_ctx, clean_budget, generator, done, cfg, cfg_path)
-    state.calibration_items = calibration_items
+    state = _RunState(experiment, plan, defs, k_ctx, clean_budget, generator, done, cfg, cfg_path, calibration_items)
     try:
         with writer:
             state.run(writer, progress)
@@ -337,13 +336,13 @@ class _RunState:
 
     def __init__(self, experiment: "Experiment", plan: Plan, defs: dict[str, "Defense"], k_ctx: int,
                  clean_budget: float, generator: Any, done: set[tuple[str, str, str]],
-                 cfg: dict[str, Any], cfg_path: Path):
+                 cfg: dict[str, Any], cfg_path: Path, calibration_items: list[EvalItem] | None = None):
         self.exp, self.plan, self.defs, self.res = experiment, plan, defs, experiment.resources
         self.k_ctx, self.clean_budget = k_ctx, clean_budget
         self.generator, self.done, self.cfg, self.cfg_path = generator, done, cfg, cfg_path
         self.learned: dict[str, dict[str, Any]] = {}
         #: clean items thresholds are learned on when not the run's own (``calibration_queries``)
-        self.calibration_items: list[EvalItem] | None = None
+        self.calibration_items = calibration_items
 
     # -- snapshots and rankings ----------------------------------------------------------------
     def snapshot(self, condition: str, items: list[EvalItem]) -> "Snapshot":
