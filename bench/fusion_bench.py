@@ -71,16 +71,11 @@ def run_config(exp, ds, params, calib, test_clean, families, limit, k_ctx=5):
 
 
 def forget_query_results() -> None:
-    """Empty the in-process memos of per-query results (RSQ candidate rows, TRIS K-Means fits and L2
-    features, TrustRAG ROUGE-L pairs): they make a repeated ranking free, while "warm" here means
-    per-document caches filled and the query itself new."""
-    from sieve.defenses import rsq, tris, trustrag
+    """Empty the memos of per-query results (sieve/defenses/memo.py, scope "query"): they make a
+    repeated ranking free, while "warm" here means per-document caches filled and the query itself new."""
+    from sieve.defenses import memo
 
-    for module, name in ((rsq, "_CANDIDATES"), (tris, "_KMEANS_CACHE"), (tris, "_L2_CACHE"),
-                         (trustrag, "_ROUGE_CACHE")):
-        memo = getattr(module, name, None)
-        if memo is not None:
-            memo.clear()
+    memo.clear("query")
 
 
 def latency(exp, d, rankings, k_ctx=5):

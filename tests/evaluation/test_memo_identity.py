@@ -7,20 +7,16 @@ from __future__ import annotations
 import pytest
 
 from evaldata import strip_latency
-from sieve.defenses import rsg, rsq, tris, trustrag
+from sieve.defenses import memo, rsq
 from sieve.evaluation.runner import read_records, run_eval
 
 DEFS = ["tris", "tris_l1", "tris_l2", "trustrag", "rsq", "rsq_rescore", "rsg", "rsg_rsq", "perplexity"]
 #: (module, cache, size attribute) of every memo
-MEMOS = [(tris, "_KMEANS_CACHE", "_KMEANS_CACHE_SIZE"), (tris, "_L2_CACHE", "_L2_CACHE_SIZE"),
-         (trustrag, "_ROUGE_CACHE", "_ROUGE_CACHE_SIZE"), (rsg, "_AUDIT_CACHE", "_AUDIT_CACHE_SIZE"),
-         (rsg, "_PROFILES", "_PROFILES_SIZE"), (rsq, "_CANDIDATES", "_CANDIDATES_SIZE"),
-         (rsq, "_PER_TEXT", "_PER_TEXT_SIZE")]
+MEMOS = memo.memos()
 
 
 def _clear() -> None:
-    for mod, cache, _ in MEMOS:
-        getattr(mod, cache).clear()
+    memo.clear()
 
 
 def _decisions(out):

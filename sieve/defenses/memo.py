@@ -1,0 +1,39 @@
+"""The in-process memos of deterministic defense work (issue 15; docs/architecture.md), listed once.
+
+Each memo is a bounded ``OrderedDict`` in its defense module with a size constant beside it. The
+scope says what a memo holds, so callers can drop exactly one kind of work:
+
+* ``query`` — results for one ranking or query (RSQ candidate rows, TRIS K-Means fits and L2
+  features, TrustRAG ROUGE-L pairs of the passages ranked together);
+* ``document`` — per-text features (RSQ token sets and script fractions, RSG script profiles);
+* ``corpus`` — RSG audits of a snapshot.
+
+A benchmark timing a *new* query with warm per-document caches clears ``query``; the identity test
+clears them all (tests/evaluation/test_memo_identity.py).
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+#: (defense module, memo attribute, size attribute, scope) of every memo.
+MEMOS: tuple[tuple[str, str, str, str], ...] = (
+    ("sieve.defenses.tris", "_KMEANS_CACHE", "_KMEANS_CACHE_SIZE", "query"),
+    ("sieve.defenses.tris", "_L2_CACHE", "_L2_CACHE_SIZE", "query"),
+    ("sieve.defenses.trustrag", "_ROUGE_CACHE", "_ROUGE_CACHE_SIZE", "query"),
+    ("sieve.defenses.rsq", "_CANDIDATES", "_CANDIDATES_SIZE", "query"),
+    ("sieve.defenses.rsq", "_PER_TEXT", "_PER_TEXT_SIZE", "document"),
+    ("sieve.defenses.rsg", "_PROFILES", "_PROFILES_SIZE", "document"),
+    ("sieve.defenses.rsg", "_AUDIT_CACHE", "_AUDIT_CACHE_SIZE", "corpus"),
+)
+
+
+def memos(scope: str | None = None) -> list[tuple[ModuleType, str, str]]:
+    """(module, memo attribute, size attribute) of every memo, or of those of one ``scope``."""
+    return [(importlib.import_module(m), cache, size) for m, cache, size, sc in MEMOS if scope in (None, sc)]
+
+
+def clear(scope: str | None = None) -> None:
+    """Empty every memo, or those of one ``scope``."""
+    for module, cache, _ in memos(scope):
+        getattr(module, cache).clear()
