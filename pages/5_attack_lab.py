@@ -206,6 +206,7 @@ with state.page_guard("Attack lab"):
     if st.button("Generate answers (clean, poisoned, defended)", key="lab_answers"):
         ctxs = L.answer_contexts(clean_r, results, k_ctx)
         out: dict = {}
+        counts: dict[str, int] = {}
         bar = st.progress(0.0, text="Generating answers (shipped and cached answers return at once; the local "
                                     "model loads only for a new context)…")
         t0 = time.perf_counter()
@@ -214,13 +215,13 @@ with state.page_guard("Attack lab"):
             bar.progress(j / n, text=f"Answering from the context: {md(name)} ({j + 1:d} of {n:d})…")
 
         try:
-            out = E.generate_answers(res, target.query, ctxs, shipped=shipped, on_step=step)
+            out = E.generate_answers(res, target.query, ctxs, shipped=shipped, on_step=step, stats=counts)
         except Exception as e:  # noqa: BLE001
             state.show_error("Generation failed", e)
         finally:
             bar.empty()
         if out:
-            st.session_state["lab_answer_store"] = (box_id, out, time.perf_counter() - t0)
+            st.session_state["lab_answer_store"] = (box_id, out, time.perf_counter() - t0, counts)
     ans = st.session_state.get("lab_answer_store")
     if ans and ans[0] == box_id:
         cols = st.columns(len(ans[1]))
@@ -229,5 +230,6 @@ with state.page_guard("Attack lab"):
                 st.write(f"**{md(name)}**")
                 st.text(text)
                 st.caption(E.answer_verdict(text, target.correct_answers, target.target_answer))
-        st.caption(f"Answers took {ans[2]:.1f} s (shipped and cached answers return at once).")
+        st.caption(f"Answers took {ans[2]:.1f} s; {ans[3].get('shipped', 0):d} of {ans[3].get('answers', 0):d} came "
+                   "from the answers shipped with the demo (shipped and cached answers return at once).")
     st.caption("Everything here lives in memory: the sandbox index is a copy, the dataset files are untouched.")

@@ -121,11 +121,13 @@ def tris_layers(dec: Decision | None) -> dict[str, Any]:
 
 def generate_answers(resources: "Resources", query: str, contexts: dict[str, Sequence[str]],
                      shipped: "ShippedAnswers | None" = None,
-                     on_step: Callable[[int, int, str], None] | None = None) -> dict[str, str]:
+                     on_step: Callable[[int, int, str], None] | None = None,
+                     stats: dict[str, int] | None = None) -> dict[str, str]:
     """Answer ``query`` from each named context with the configured generator (local Qwen by
     default) through the answer cache; with usable ``shipped`` answers (the demo's
     ``demo_data/answers/lab_answers.json``) those are looked up first and the model is loaded only
-    for a context nobody answered yet. ``on_step(i, n, name)`` runs before each answer.
+    for a context nobody answered yet. ``on_step(i, n, name)`` runs before each answer; ``stats``,
+    when given, receives ``answers`` and ``shipped`` (how many came from the shipped file).
     Raises :class:`~sieve.models.errors.LLMError` on failure."""
     from sieve.dashboard.lab import LazyLLM, ShippedFirstCache
     from sieve.evaluation.answers import AnswerCache, Generator
@@ -144,6 +146,8 @@ def generate_answers(resources: "Resources", query: str, contexts: dict[str, Seq
         if on_step is not None:
             on_step(i, len(contexts), name)
         out[name] = gen.answer(query, list(texts)).text
+    if stats is not None:
+        stats.update(answers=len(out), shipped=getattr(cache, "hits", 0))
     return out
 
 

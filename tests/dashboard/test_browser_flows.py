@@ -157,7 +157,6 @@ def test_geometry_click_selects_point_and_settles(hostile_server, browser):
     points = [p for p in corpus_map.find_elements(By.CSS_SELECTOR, ".scatterlayer .trace .points path")
               if p.is_displayed() and p.size.get("width", 0) > 0]
     assert len(points) >= 10
-    t0 = time.time()
     clicked = False
     for p in points[3:12]:        # a few candidates: a plain document point
         try:
@@ -167,8 +166,7 @@ def test_geometry_click_selects_point_and_settles(hostile_server, browser):
         except Exception:  # noqa: BLE001 - overlapped marker: try the next point
             continue
     assert clicked
-    _wait_rendered(browser, timeout=120)
-    settle = time.time() - t0
+    _wait_rendered(browser, timeout=120)        # raises TimeoutError if the page never settles
     _shot(browser, "geometry-click-after")
     after = picker_value()
     assert after != before, "the clicked point became the selected document"
@@ -179,4 +177,3 @@ def test_geometry_click_selects_point_and_settles(hostile_server, browser):
                    for e in browser.find_elements(By.CSS_SELECTOR, "[data-test-script-state]")]
         time.sleep(0.5)
     assert not any(s in ("running", "rerunRequested") for s in states), states
-    assert settle < 120

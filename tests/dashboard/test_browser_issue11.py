@@ -10,14 +10,14 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 import pytest
 
-from _browser import CHROMEDRIVER, CHROMIUM, chrome, streamlit_app
+from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, full_shot, streamlit_app
 from _dashdata import write_tiny_dataset, write_tiny_run
-from _browser import SHOTS, full_shot
 from test_browser import _wait_rendered
 
 pytestmark = [pytest.mark.browser]
@@ -116,14 +116,14 @@ def test_attack_lab_class_mode_flips_in_browser(tmp_path_factory, browser):
         _wait_rendered(browser, timeout=600)
         btn = next(b for b in browser.find_elements(By.TAG_NAME, "button")
                    if "Generate answers (clean, poisoned, defended)" in b.text)
-        t0 = time.perf_counter()
         btn.click()
         _wait_rendered(browser, timeout=600)
-        took = time.perf_counter() - t0
         body = browser.find_element(By.TAG_NAME, "body").text
         assert "✓ The clean pipeline answers correctly" in body
         assert "in class mode the undefended answer flips to the target" in body
         assert "attack succeeded (asserts the target answer)" in body
         assert body.count("\ncorrect\n") >= 1, "the clean (and defended) answer is correct"
         _full_shot(browser, "attack-lab-class-mode")
-        assert took < 60, f"answers took {took:.0f} s (shipped answers should return at once)"
+        shipped = re.search(r"(\d+) of (\d+) came from the answers shipped with the demo", body)
+        assert shipped and int(shipped.group(2)) >= 3 and shipped.group(1) == shipped.group(2), \
+            "every class-mode answer comes from the shipped file (the generator is never needed)"
