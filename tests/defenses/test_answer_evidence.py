@@ -1,11 +1,16 @@
-"""Answer-level evidence (sieve/defenses/answer_evidence.py, docs/algorithms.md §14.1) on hand-built rankings."""
+"""Answer-level evidence (sieve/defenses/answer_evidence.py, docs/algorithms.md §14.1) on hand-built rankings,
+with the lexical extractor and with LM-scored spans of the packaged causal LM (marker ``realmodel``)."""
 from __future__ import annotations
 
 import pytest
 
 from _tris_fakes import ranking_of, resources_with
 from sieve.defenses.answer_evidence import AnswerConsistency, corroboration, extract_answer
+from sieve.index import ArtifactCache
 from sieve.registry import DEFENSES
+from sieve.resources import Resources
+
+EXTRACTORS = ["lexical", pytest.param("lm", marks=pytest.mark.realmodel)]
 
 Q = "Who was the first European to navigate the Amazon River?"
 TRUE = [
@@ -30,10 +35,34 @@ def test_extractor_reads_the_answer_phrase_not_the_query():
     assert a.sentence.startswith("Vicente")
 
 
-def test_two_agreeing_poisons_against_a_corroborated_clean_majority():
+def resources_for(extractor: str, request) -> Resources:  # noqa: ANN001
+    """Tiny models for the lexical extractor; the packaged causal LM (session fixture) for ``lm``."""
+    if extractor == "lexical":
+        return resources_with()
+    base = resources_with()
+    return Resources(retriever=base.retriever, judge=base.judge, causal_lm=request.getfixturevalue("real_lm"),
+                     token_encoder=base.token_encoder, llm=None, cache=ArtifactCache.in_memory())
+
+
+def scored(extractor: str, texts, request):  # noqa: ANN001
+    """The statistic of the first five passages against the rest, with ``extractor``."""
+    d = AnswerConsistency(extractor=extractor)
+    res = resources_for(extractor, request)
+    ins = d.inspect(ranking_of(Q, texts), res, 5)
+    assert ins.info["extractor"] == extractor and not ins.warnings
+    return d.scores(ranking_of(Q, texts), 5, res)
+
+
+@pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_two_agreeing_poisons_against_a_corroborated_clean_majority(extractor, request):
     # candidates: two poisons + three true passages; reference: three more true passages + filler
     texts = POISON + TRUE[:3] + TRUE[3:] + FILLER
-    cor = corroboration(Q, texts, candidates=[0, 1, 2, 3, 4], reference=list(range(5, len(texts))))
+    cor = scored(extractor, texts, request)
+    assert cor == corroboration(Q, texts, [0, 1, 2, 3, 4], list(range(5, len(texts))),
+                                answers={i: c.answer for i, c in cor.items()})
+    if extractor == "lm":   # the best-scoring span of each passage
+        assert cor[0].answer.text == cor[1].answer.text == "Vicente Pinzón"
+        assert "Francisco de Orellana" in cor[2].answer.text
     # the poisons agree with each other ...
     assert cor[0].agree_candidates == 1 and cor[1].agree_candidates == 1
     # ... on an answer no independent reference passage states, while the true answer is stated by 3
@@ -43,9 +72,10 @@ def test_two_agreeing_poisons_against_a_corroborated_clean_majority():
     assert all(cor[i].score == pytest.approx(0.0) for i in (2, 3, 4))
 
 
-def test_one_poison_against_five_agreeing_clean_passages():
+@pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_one_poison_against_five_agreeing_clean_passages(extractor, request):
     texts = [TRUE[0], POISON[0], *TRUE[1:], *FILLER]
-    cor = corroboration(Q, texts, candidates=[0, 1, 2, 3, 4], reference=list(range(5, len(texts))))
+    cor = scored(extractor, texts, request)
     assert cor[1].agree_candidates == 0
     assert cor[1].reference_support == 0
     assert max(cor[i].score for i in (0, 2, 3, 4)) < cor[1].score
@@ -59,9 +89,10 @@ def test_near_copies_do_not_corroborate():
     assert strict[0].reference_support == 0 and loose[0].reference_support == 1
 
 
-def test_defense_removes_the_lone_poison_at_a_calibrated_threshold():
-    d = DEFENSES.create("answer_consistency")
-    res = resources_with()
+@pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_defense_removes_the_lone_poison_at_a_calibrated_threshold(extractor, request):
+    d = DEFENSES.create("answer_consistency", extractor=extractor)
+    res = resources_for(extractor, request)
     clean = [ranking_of(Q, TRUE[:5] + [TRUE[5]] + FILLER) for _ in range(3)]
     d.calibrate(clean, res, clean_budget=0.0)
     attacked = ranking_of(Q, [TRUE[0], POISON[0], *TRUE[1:], *FILLER], poison=[False, True] + [False] * 13)
@@ -70,3 +101,4 @@ def test_defense_removes_the_lone_poison_at_a_calibrated_threshold():
     assert not any(doc.poison for doc in out.context)
     assert out.decisions[6].status == "not_examined"
     assert "independent reference passages" in out.decisions[1].reason
+    assert out.decisions[1].reason.startswith("LM-scored span" if extractor == "lm" else "lexical extractor")
