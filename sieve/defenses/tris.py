@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
@@ -40,22 +39,23 @@ L1_THRESHOLD = 0.5        # L1 score is 1.0 outside the majority cluster, 0.0 in
 L3_DEFAULT_DELTA = 1.0
 
 
-_THREADPOOLS: Any = None
 _KMEANS_CACHE: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
 _KMEANS_CACHE_SIZE = 1024
 
 
 def fit_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int = 10, max_iter: int = 300) -> Any:
-    """scikit-learn K-Means (Lloyd, k-means++) on one OpenMP thread.
+    """scikit-learn K-Means (Lloyd, k-means++) on one thread; the fitted values (``labels_``,
+    ``cluster_centers_``, ``inertia_``, ``n_iter_``).
 
-    Inputs here are tiny (k ≤ a few hundred rows); OpenMP worker threads only add start-up cost and,
-    on a loaded 2-core machine, turned a 3 ms fit into 400 ms. Duplicate rows (fewer distinct points
-    than clusters) are allowed; scikit-learn's warning about them is silenced.
+    Inputs here are tiny (k ≤ a few hundred rows): :func:`sieve.defenses.kernels.kmeans_fit` runs
+    scikit-learn's own steps with its fixed per-fit costs paid once (bit-identical to
+    ``KMeans.fit``). Duplicate rows (fewer distinct points than clusters) are allowed; scikit-learn's
+    warning about them is silenced.
 
     The fit is deterministic (fixed ``random_state``, one thread), so fits are memoised by the bytes
     of ``X`` and the parameters: TRIS presets, TrustRAG and fusion cluster the same ranking's
     embeddings in one ``sieve eval`` and share one fit (same labels and centres as a new fit).
-    Callers must not modify the returned estimator.
+    Callers must not modify the returned arrays.
     """
     import hashlib
 
@@ -75,17 +75,10 @@ def fit_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int = 
     return km
 
 
-def _fit_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int, max_iter: int) -> Any:
-    from sklearn.cluster import KMeans
+def _fit_kmeans(X: np.ndarray, n_clusters: int, random_state: Any, n_init: int, max_iter: int) -> Any:
+    from sieve.defenses.kernels import kmeans_fit
 
-    global _THREADPOOLS
-    if _THREADPOOLS is None:  # scanning the loaded libraries costs ms: do it once per process
-        from threadpoolctl import ThreadpoolController
-
-        _THREADPOOLS = ThreadpoolController()
-    with warnings.catch_warnings(), _THREADPOOLS.limit(limits=1, user_api="openmp"):
-        warnings.simplefilter("ignore")
-        return KMeans(n_clusters=n_clusters, random_state=random_state, n_init=n_init, max_iter=max_iter).fit(X)
+    return kmeans_fit(X, n_clusters, random_state, n_init=n_init, max_iter=max_iter)
 
 
 # ---- Layer 1 -----------------------------------------------------------------------------------

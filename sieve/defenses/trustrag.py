@@ -17,7 +17,7 @@ import numpy as np
 
 from sieve.constants import K_CTX
 from sieve.defenses.base import Defense, context_of, copy_decision
-from sieve.defenses.text import rouge_l, word_tokens
+from sieve.defenses.text import word_tokens
 from sieve.models.errors import LLMError
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Inspection, RankedDocument, Ranking
@@ -76,45 +76,35 @@ def pairwise_rouge(texts: list[str]) -> np.ndarray:
     """Symmetric ROUGE-L F1 matrix over ``texts`` (:func:`sieve.defenses.text.rouge_l` on word
     tokens; zero diagonal). Pair values are memoised by the two texts (ROUGE-L is symmetric): the
     rankings of one query under different attack conditions, and calibration and evaluation on the
-    same clean rankings, share most pairs, so ``sieve eval`` computes each pair once."""
+    same clean rankings, share most pairs, so ``sieve eval`` computes each pair once. The LCS lengths
+    of the new pairs come from :func:`sieve.defenses.kernels.lcs_lengths` (exact, bit-parallel in C++)."""
     m = len(texts)
     rouge = np.zeros((m, m))
-    toks: list[list[str] | None] = [None] * m
-    masks: list[dict[str, int] | None] = [None] * m
+    todo: list[tuple[int, int, tuple[str, str]]] = []
     for i in range(m):
         for j in range(i + 1, m):
             a, b = texts[i], texts[j]
             key = (a, b) if a <= b else (b, a)
             v = _ROUGE_CACHE.get(key)
             if v is None:
-                for x in (i, j):
-                    if toks[x] is None:
-                        toks[x] = word_tokens(texts[x])
-                # the bit-parallel LCS of sieve.defenses.text.lcs_length, with the bit masks of the
-                # longer sequence built once per document instead of once per pair (same integer)
-                ti, tj = toks[i], toks[j]
-                if not ti or not tj:
-                    v = rouge_l(ti, tj)
-                else:
-                    long_, short = (i, tj) if len(ti) >= len(tj) else (j, ti)
-                    if masks[long_] is None:
-                        mk: dict[str, int] = {}
-                        for n, tok in enumerate(toks[long_]):
-                            mk[tok] = mk.get(tok, 0) | (1 << n)
-                        masks[long_] = mk
-                    mk = masks[long_]
-                    n_long = len(toks[long_])
-                    full = (1 << n_long) - 1
-                    vv = full
-                    for tok in short:
-                        u = vv & mk.get(tok, 0)
-                        vv = ((vv + u) | (vv - u)) & full
-                    lcs = n_long - vv.bit_count()
-                    v = 0.0 if lcs == 0 else 2.0 * lcs / (len(ti) + len(tj))
-                _ROUGE_CACHE[key] = v
-                if len(_ROUGE_CACHE) > _ROUGE_CACHE_SIZE:
-                    _ROUGE_CACHE.popitem(last=False)
+                todo.append((i, j, key))
+            else:
+                rouge[i, j] = rouge[j, i] = v
+    if todo:
+        from sieve.defenses.kernels import lcs_lengths
+
+        toks: dict[int, list[str]] = {}
+        for i, j, _ in todo:
+            for x in (i, j):
+                if x not in toks:
+                    toks[x] = word_tokens(texts[x])
+        lcs = lcs_lengths(toks, [(i, j) for i, j, _ in todo])
+        for (i, j, key), n in zip(todo, lcs):
+            v = 0.0 if n == 0 else 2.0 * n / (len(toks[i]) + len(toks[j]))   # = rouge_l(toks[i], toks[j])
             rouge[i, j] = rouge[j, i] = v
+            _ROUGE_CACHE[key] = v
+            if len(_ROUGE_CACHE) > _ROUGE_CACHE_SIZE:
+                _ROUGE_CACHE.popitem(last=False)
     return rouge
 
 
