@@ -1,18 +1,20 @@
 """Fusion detector: warm latency, evidence ablation and the leave-one-family-out table (docs/algorithms.md §14.2, §14.4).
 
-    sieve bench fusion [--calib 64] [--clean-test 64] [--limit 16] [--families a,b] [--out DIR]
+    sieve bench fusion [--calib 64] [--clean-test 64] [--limit 16] [--families a,b] [--configs A,B]
+                       [--splits 10] [--split-configs default,B] [--out DIR]
 
 On demo_data with the packaged models, depth 50, k_ctx 5:
 
 * calibration on the first ``--calib`` clean queries only; clean removal measured on the next
   ``--clean-test`` clean queries (never calibrated on);
-* the held-out clean removal of the default detector over ``--splits`` random 50/50 splits of the
+* the held-out clean removal of the default detector (and of ``--split-configs``) over ``--splits`` random 50/50 splits of the
   clean queries (calibrate on one half, measure on the other): mean, p10–p90 and max — one split
   says little, because the documents of one query are correlated and the queries are ordered by topic;
 * every configuration — the default evidence, all-but-one for each evidence, the default plus the
-  answer evidence, RAGDefender or TrustRAG's ROUGE-L near-copy signal, and the omnibus and min-p
-  combinations instead of Fisher — is calibrated the same way and run on the first ``--limit``
-  targets of every family: poison-in-context with a Wilson 95 % interval (the ablation table);
+  answer evidence or RAGDefender, every other combination of the p-values (Fisher, omnibus, min-p),
+  cohesion over the whole depth, more refill rounds, and the previous default (Fisher without
+  ROUGE-L) — is calibrated the same way and run on the first ``--limit`` targets of every family:
+  poison-in-context with a Wilson 95 % interval (the ablation table); ``--configs`` runs a subset;
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
   other families only;
 * warm latency (per-document caches filled by a first pass) of the full detector per query, p50/p95,
@@ -34,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sieve.cli.common import load_config, load_dataset, open_experiment  # noqa: E402
-from sieve.defenses.fusion import DEFAULT_EVIDENCE, Fusion  # noqa: E402
+from sieve.defenses.fusion import COMBINE, DEFAULT_EVIDENCE, Fusion  # noqa: E402
 from sieve.evaluation.lofo import CleanResult, FamilyResult, format_lofo, lofo_table  # noqa: E402
 from sieve.evaluation.metrics import percentiles, wilson_interval  # noqa: E402
 from sieve.experiment import prepare_defense  # noqa: E402
@@ -108,6 +110,9 @@ def main() -> None:
     ap.add_argument("--evidence", default=",".join(DEFAULT_EVIDENCE))
     ap.add_argument("--no-ablation", action="store_true")
     ap.add_argument("--splits", type=int, default=10, help="random clean-query splits for the held-out removal")
+    ap.add_argument("--split-configs", default="default",
+                    help="comma-separated configurations whose held-out removal is measured over the random splits")
+    ap.add_argument("--configs", default="", help="comma-separated configuration names to run (default: all)")
     ap.add_argument("--latency-only", action="store_true", help="only the warm latency of the default detector")
     ap.add_argument("--latency-condition", default="clean",
                     help="rankings the latency is measured on: clean, or an attack family (refill rounds cost more)")
@@ -129,25 +134,46 @@ def main() -> None:
         for extra in ("answer", "ragdefender", "rouge"):
             if extra not in full:
                 configs[f"with {extra}"] = {"evidence": full + (extra,)}
-        configs["omnibus (Fisher or min-p)"] = {"evidence": full, "combine": "omnibus"}
-        configs["min-p only"] = {"evidence": full, "combine": "minp"}
+        default_combine = Fusion().combine
+        names = {"fisher": "Fisher combination", "omnibus": "omnibus (Fisher or min-p)", "minp": "min-p only",
+                 "cauchy": "Cauchy combination"}
+        for comb in COMBINE:
+            if comb != default_combine:
+                configs[names[comb]] = {"evidence": full, "combine": comb}
+        configs["cohesion over depth 50"] = {"evidence": full, "cohesion_scope": 50}
+        configs["refill until clean (10 rounds)"] = {"evidence": full, "max_rounds": 10}
+        if "rouge" in full:
+            configs["previous default (Fisher without rouge)"] = {
+                "evidence": tuple(x for x in full if x != "rouge"), "combine": "fisher"}
+    if a.configs:
+        wanted = a.configs.split(",")
+        unknown = [w for w in wanted if w not in configs]
+        if unknown:
+            sys.exit(f"fusion bench: unknown --configs {unknown}; known: {', '.join(configs)}")
+        configs = {k: v for k, v in configs.items() if k == "default" or k in wanted}
     print(f"fusion bench: {len(calib)} calibration / {len(test_clean)} held-out clean queries, "
           f"{a.limit} targets per family × {len(families)} families, k_ctx 5, depth 50")
-    split_rates = []
-    rng = np.random.default_rng(0)
     half = len(clean) // 2
-    for s in range(a.splits):
-        order = rng.permutation(len(clean))
-        _, c = held_out_clean(exp, configs["default"], [clean[i] for i in order[:half]],
-                              [clean[i] for i in order[half:]])
-        split_rates.append(c.rate)
-        print(f"  random split {s + 1}/{a.splits}: held-out clean removal {c.rate:.3f} ({c.k}/{c.n})", flush=True)
-    splits = (f"held-out clean removal of the default detector over {len(split_rates)} random {half}/"
-              f"{len(clean) - half} splits of the clean queries: mean {np.mean(split_rates):.3f}, "
-              f"p10–p90 {np.percentile(split_rates, 10):.3f}–{np.percentile(split_rates, 90):.3f}, "
-              f"max {np.max(split_rates):.3f} (budget 0.05)" if split_rates else "")
-    if splits:
-        print(splits, flush=True)
+    split_rates: dict[str, list[float]] = {}
+    split_lines = []
+    for cname in (a.split_configs.split(",") if a.splits else []):
+        if cname not in configs:
+            sys.exit(f"fusion bench: unknown --split-configs {cname!r}; known: {', '.join(configs)}")
+        rng = np.random.default_rng(0)           # the same splits for every configuration
+        rates = split_rates.setdefault(cname, [])
+        for s in range(a.splits):
+            order = rng.permutation(len(clean))
+            _, c = held_out_clean(exp, configs[cname], [clean[i] for i in order[:half]],
+                                  [clean[i] for i in order[half:]])
+            rates.append(c.rate)
+            print(f"  {cname}: random split {s + 1}/{a.splits}: held-out clean removal {c.rate:.3f} ({c.k}/{c.n})",
+                  flush=True)
+        split_lines.append(
+            f"{cname}: held-out clean removal over {len(rates)} random {half}/{len(clean) - half} splits of the "
+            f"clean queries: mean {np.mean(rates):.3f}, p10–p90 {np.percentile(rates, 10):.3f}–"
+            f"{np.percentile(rates, 90):.3f}, max {np.max(rates):.3f} (budget 0.05)")
+        print(split_lines[-1], flush=True)
+    splits = "\n\n".join(split_lines)
     results, cleans, full_defense = {}, {}, None
     for name, ev in configs.items():
         t = time.perf_counter()

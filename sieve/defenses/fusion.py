@@ -17,18 +17,21 @@ Evidence per document (each oriented "higher = more suspicious"):
 * ``ragdefender`` — RAGDefender's per-passage score when a ``ragdefender`` defense is registered;
 * ``rouge`` — TrustRAG's near-copy signal per document: the largest ROUGE-L F1 of the document to
   another of the first ``cohesion_scope`` survivors (:func:`sieve.defenses.trustrag.pairwise_rouge`;
-  docs/algorithms.md §8.2). Opt-in, like ``ragdefender``.
+  docs/algorithms.md §8.2). In the default since the Cauchy combination (below).
 
 Calibration (:meth:`Fusion.calibrate`) reads clean rankings only: the evidence of every document of
 the clean generation contexts forms, per evidence, an empirical null distribution; a document's
-p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). Two combinations — Fisher's −2 Σ ln p_e (many weak
-signals) and −ln min p_e (one strong signal) — are each turned into an empirical p-value against the
-clean documents. The score is −ln P_fisher by default; ``combine="omnibus"`` uses
-−ln min(P_fisher, P_min) and ``"minp"`` the min-p alone. Fisher is the default because it is the
-only combination whose clean removal held on clean questions it was not calibrated on when the
-topic changed (demo: calibrated on the first 64 clean questions, measured on the next 64, which are
-ordered by topic: Fisher 4.5 % [2.7, 7.3], omnibus 13.3 %, min-p 10.8 %; ``bench/fusion_bench.py``)
-— a clean-only criterion; the leave-one-family-out table then picks it for every family. The combination nulls are **cross-fitted by query**: the calibration
+p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). The p-values are combined — the Cauchy combination
+mean tan((½ − p_e)π) by default, Fisher's −2 Σ ln p_e, −ln min p_e, or the smaller p of Fisher and
+min-p (``combine="omnibus"``) — and the combination is turned into an empirical p-value against the
+clean documents; the score is −ln of it. The Cauchy combination is the default: one very small
+p-value (a near-copy, a repeated question) is enough, as with min-p, yet every evidence still counts,
+as with Fisher, whose sum dilutes one strong evidence among four ordinary ones. On the demo
+(``bench/fusion_bench.py``, 64 calibration / 64 held-out clean questions) its held-out clean removal
+over 10 random splits was 4.5 % on average with the default evidence (Fisher: 5.3 % without
+``rouge``), and the leave-one-family-out rule chose it for every family. Min-p alone, or the
+omnibus, removed 10.8 % and 13.3 % under a topic shift when the answer score was in the evidence.
+The combination nulls are **cross-fitted by query**: the calibration
 queries are split into ``calibration_folds`` folds and a document's per-evidence p-values are taken
 against the documents of the *other* folds only, so the calibration documents are scored as
 documents of a new query would be. Documents of one query share the query's topic and neighbours,
@@ -44,17 +47,21 @@ rescored refill, run on every calibration query by a detector fitted on the othe
 removes at most the budget of the clean documents it scores. No attack document is read: rankings with a
 poison-labelled document or a non-clean condition are refused.
 
-Default evidence: TRIS L2, RSQ, RSG, cohesion and perplexity. Opt-in (``evidence=``): ``answer``,
-``ragdefender`` and ``rouge``. The default was chosen by the leave-one-family-out rule
-(:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
+Default evidence: TRIS L2, RSQ, RSG, cohesion, perplexity and ROUGE-L near-copy. Opt-in
+(``evidence=``): ``answer`` and ``ragdefender``. The default was chosen by the leave-one-family-out
+rule (:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
 ``bench/fusion_bench.py``: for every one of the eleven demo families, the configuration chosen on the
-*other ten* was "without answer" (it also removed fewer held-out clean documents: 3.9 % vs 4.5 %).
-RAGDefender costs ~90 ms per query warm, more than the fused detector's 50 ms latency goal;
-``rouge`` holds near-duplicate poisons but was not chosen on the other families.
+*other ten* was the Cauchy combination with ``rouge`` (an earlier round, with Fisher and without
+``rouge`` in the menu's default, chose "without answer" for every family). RAGDefender costs ~90 ms
+per query warm, more than the fused detector's 50 ms latency goal, and its wide clean distribution
+made every family worse.
 
 Rescored refill: the first ``k_ctx`` survivors are scored; removed documents are replaced by the
 next survivors, which are scored too (RSQ and answer evidence are recomputed on the ranking without
-the removed documents), for at most ``max_rounds`` rounds. Documents that never entered a context
+the removed documents), until a round removes nothing — the context is clean — or ``max_rounds``
+(10) rounds are spent; the budget bounds the whole procedure (above). Three rounds, the first
+default, left poisons that entered in the fourth (the leave-one-family-out rule chose ten rounds for
+every family, ``bench/fusion_bench.py``). Documents that never entered a context
 keep status ``not_examined``; the context itself is built by :mod:`sieve.defenses.base`.
 
 Each decision's evidence lists every value with its p-value, and the reason names the evidence that
@@ -81,9 +88,9 @@ if TYPE_CHECKING:
 
 EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender", "rouge")
 #: The evidence used unless ``evidence=`` says otherwise (module docstring).
-DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity")
+DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")
 #: How per-evidence p-values are combined into the fused score.
-COMBINE = ("fisher", "omnibus", "minp")
+COMBINE = ("fisher", "omnibus", "minp", "cauchy")
 #: p-value at or below which an evidence is named in the reason.
 REASON_P = 0.05
 
@@ -107,29 +114,37 @@ def minp_stat(ps: Sequence[float]) -> float:
     return float(-math.log(max(min(ps), 1e-300))) if ps else 0.0
 
 
+def cauchy_stat(ps: Sequence[float]) -> float:
+    """The Cauchy combination (ACAT): mean of tan((½ − p)π). Its tail is driven by the smallest
+    p-values like min-p, but every evidence still counts, like Fisher (docs/algorithms.md §14.2)."""
+    if not ps:
+        return 0.0
+    return float(np.mean([math.tan((0.5 - min(max(p, 1e-12), 1 - 1e-12)) * math.pi) for p in ps]))
+
+
 @DEFENSES.register
 class Fusion(Defense):
     """Clean-calibrated fusion of per-document evidence with a rescored refill (docs/algorithms.md §14.2).
 
     Parameters: ``threshold`` (on the fused score; ``None`` = calibrate), ``evidence`` (the names
     used, a subset of :data:`EVIDENCE`; default :data:`DEFAULT_EVIDENCE`; ablations drop one),
-    ``combine`` (``fisher`` | ``omnibus`` | ``minp``), ``calibration_folds`` (8: query folds of the
-    cross-fitted calibration), ``max_rounds`` (3: rescoring rounds of the refill),
+    ``combine`` (``cauchy`` | ``fisher`` | ``omnibus`` | ``minp``), ``calibration_folds`` (8: query folds of the
+    cross-fitted calibration), ``max_rounds`` (10: rescoring rounds of the refill — in practice until the context is clean),
     ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence).
     Learned in :meth:`calibrate`: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
-    ``minp_null_`` and ``threshold``.
+    ``minp_null_``, ``cauchy_null_`` and ``threshold``.
     """
 
     name = "fusion"
-    summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion and perplexity evidence (answer, RAGDefender, ROUGE-L "
-               "opt-in): clean-only p-values, Fisher combination, budget threshold, rescored refill.")
+    summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion, perplexity and ROUGE-L near-copy evidence (answer, "
+               "RAGDefender opt-in): clean-only p-values, Cauchy combination, budget threshold, rescored refill.")
     paper = "Sieve extension (docs/algorithms.md §14.2)"
     needs = ("retriever", "judge", "causal_lm", "token_encoder")
     corpus_time = True
     threshold_param = "threshold"
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
-                 combine: str = "fisher", calibration_folds: int = 8, max_rounds: int = 3,
+                 combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
@@ -241,8 +256,11 @@ class Fusion(Defense):
 
     def _combined(self, ps: dict[str, float], member: bool = False) -> float:
         """−ln of the combination's p-value against the clean combination nulls."""
-        pf = empirical_p(self.fisher_null_, fisher_stat(list(ps.values())), member)
-        pm = empirical_p(self.minp_null_, minp_stat(list(ps.values())), member)
+        vals = list(ps.values())
+        if self.combine == "cauchy":
+            return float(-math.log(empirical_p(self.cauchy_null_, cauchy_stat(vals), member)))
+        pf = empirical_p(self.fisher_null_, fisher_stat(vals), member)
+        pm = empirical_p(self.minp_null_, minp_stat(vals), member)
         p = {"omnibus": min(pf, pm), "fisher": pf, "minp": pm}[self.combine]
         return float(-math.log(p))
 
@@ -303,7 +321,7 @@ class Fusion(Defense):
             raise ValueError("fusion: no clean documents to calibrate on")
         self.null_ = self._nulls(rows)
         per = self._cross_fitted_pvalues(rows, query_of)
-        self.fisher_null_, self.minp_null_ = self._combination_nulls(per)
+        self.fisher_null_, self.minp_null_, self.cauchy_null_ = self._combination_nulls(per)
         scores = [self._combined(p, member=True) for p in per if p]
         self.clean_scores_ = scores
         self.document_threshold_ = removal_threshold(scores, clean_budget)
@@ -327,7 +345,7 @@ class Fusion(Defense):
             other = [j for j, q in enumerate(query_of) if fold_of[q] != k]
             st = copy.copy(self)
             st.null_ = self._nulls([rows[j] for j in other])
-            st.fisher_null_, st.minp_null_ = self._combination_nulls([per[j] for j in other])
+            st.fisher_null_, st.minp_null_, st.cauchy_null_ = self._combination_nulls([per[j] for j in other])
             states.append(st)
 
         def removal(t: float) -> tuple[int, int]:
@@ -372,11 +390,11 @@ class Fusion(Defense):
         return {q: j % folds for j, q in enumerate(queries)} if folds >= 2 else None
 
     @staticmethod
-    def _combination_nulls(per: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
-        """The sorted clean Fisher and min-p statistics of documents with these per-evidence p-values."""
-        per = [p for p in per if p]
-        return (np.sort(np.asarray([fisher_stat(list(p.values())) for p in per])),
-                np.sort(np.asarray([minp_stat(list(p.values())) for p in per])))
+    def _combination_nulls(per: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sorted clean Fisher, min-p and Cauchy statistics of documents with these per-evidence p-values."""
+        per = [list(p.values()) for p in per if p]
+        return tuple(np.sort(np.asarray([stat(p) for p in per], dtype=np.float64))  # type: ignore[return-value]
+                     for stat in (fisher_stat, minp_stat, cauchy_stat))
 
     def _cross_fitted_pvalues(self, rows: list[dict[str, float]], query_of: list[int]) -> list[dict[str, float]]:
         """Per-evidence p-values of each calibration document against the documents of the other

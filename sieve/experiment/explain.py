@@ -106,7 +106,7 @@ FUSION_TERMS: dict[str, str] = {
              "passages are copies of each other except a few words — one of them may be an edited copy.",
     "p": "p-value (0–1) of this value against the same evidence on clean passages of clean questions: the share of "
          "clean passages at least this extreme. Lower is more suspicious; the fused score combines them "
-         "(Fisher) and removes at the 5 % clean budget.",
+         "(Cauchy combination: one very small p-value is enough) and removes at the 5 % clean budget.",
 }
 
 

@@ -1,15 +1,15 @@
 """Fusion (sieve/defenses/fusion.py, docs/algorithms.md §14.2): clean-only calibration, rescored refill, reasons."""
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from _tris_fakes import ranking_of, resources_with
 from sieve.defenses.fusion import Fusion, empirical_p
 from sieve.types import Document, RankedDocument, Ranking
-
-import numpy as np
 
 Q = "What is the capital of Australia?"
 CLEAN = [f"Passage {i} about region {i % 7}: farming, mining and trade routes described in guide {i}." for i in range(60)]
@@ -131,8 +131,24 @@ def test_default_evidence_leaves_out_ragdefender_and_combine_is_checked():
     res = resources_with()
     f = Fusion(evidence=("l2", "cohesion"), combine="fisher").calibrate(_clean_rankings(), res)
     m = Fusion(evidence=("l2", "cohesion"), combine="minp").calibrate(_clean_rankings(), res)
-    assert sum(s >= f.threshold for s in f.clean_scores_) <= int(0.05 * len(f.clean_scores_))
-    assert sum(s >= m.threshold for s in m.clean_scores_) <= int(0.05 * len(m.clean_scores_))
+    c = Fusion(evidence=("l2", "cohesion"), combine="cauchy").calibrate(_clean_rankings(), res)
+    assert Fusion().combine == "cauchy" and "rouge" in Fusion().evidence
+    for d in (f, m, c):
+        assert sum(s >= d.threshold for s in d.clean_scores_) <= int(0.05 * len(d.clean_scores_))
+    assert c.cauchy_null_.size == len(c.clean_scores_) and np.all(np.diff(c.cauchy_null_) >= 0)
+
+
+def test_cauchy_combination_keeps_one_strong_evidence_that_fisher_dilutes():
+    """One evidence at p = 0.002 among four ordinary ones (p = 0.6) against five moderate ones
+    (p = 0.1 each): Fisher's sum ranks the moderate document higher, the Cauchy combination the one
+    with the strong evidence (docs/algorithms.md §14.2)."""
+    from sieve.defenses.fusion import cauchy_stat, fisher_stat
+
+    strong, moderate = [0.002, 0.6, 0.6, 0.6, 0.6], [0.1] * 5
+    assert fisher_stat(strong) < fisher_stat(moderate)
+    assert cauchy_stat(strong) > cauchy_stat(moderate)
+    assert cauchy_stat(moderate) == pytest.approx(math.tan(0.4 * math.pi))
+    assert cauchy_stat([0.5, 0.5]) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_the_budget_bounds_the_whole_refill_procedure_on_calibration_queries():
