@@ -12,7 +12,7 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
   says little, because the documents of one query are correlated and the queries are ordered by topic;
 * every configuration — the default evidence, all-but-one for each evidence, the default plus the
   answer evidence or RAGDefender, every other combination of the p-values (Fisher, omnibus, min-p),
-  cohesion over the whole depth, more refill rounds, and the previous default (Fisher without
+  cohesion over the whole depth, 3 or 10 refill rounds, and the previous default (Fisher without
   ROUGE-L) — is calibrated the same way and run on the first ``--limit`` targets of every family:
   poison-in-context with a Wilson 95 % interval (the ablation table); ``--configs`` runs a subset;
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
@@ -141,7 +141,10 @@ def main() -> None:
             if comb != default_combine:
                 configs[names[comb]] = {"evidence": full, "combine": comb}
         configs["cohesion over depth 50"] = {"evidence": full, "cohesion_scope": 50}
-        configs["refill until clean (10 rounds)"] = {"evidence": full, "max_rounds": 10}
+        if Fusion().max_rounds != 3:
+            configs["refill of 3 rounds (previous default)"] = {"evidence": full, "max_rounds": 3}
+        else:
+            configs["refill until clean (10 rounds)"] = {"evidence": full, "max_rounds": 10}
         if "rouge" in full:
             configs["previous default (Fisher without rouge)"] = {
                 "evidence": tuple(x for x in full if x != "rouge"), "combine": "fisher"}
