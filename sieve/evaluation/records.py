@@ -78,6 +78,27 @@ def dumps(obj: Any, compact: bool = False) -> str:
         return json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False, separators=seps)
 
 
+try:   # a C encoder ~5x faster than json's on the decision columns (most of a run's bytes)
+    import orjson as _orjson
+    _ORJSON_OPTS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
+except ImportError:   # pragma: no cover - orjson is a core dependency
+    _orjson = None
+
+
+def dumps_bytes(obj: Any) -> bytes:
+    """Compact UTF-8 JSON of ``obj`` with the same values as ``dumps(obj, compact=True)`` (what a
+    reader parses is equal; the text may differ, e.g. ``1e-5`` for ``1e-05``). orjson encodes plain
+    values itself and hands the rest to the same converter (numpy values, sets, dataclasses, paths);
+    what it refuses (non-string keys, integers beyond 64 bits) goes through :func:`dumps`. Non-finite
+    floats become ``null`` either way."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, default=_default, option=_ORJSON_OPTS)
+        except (TypeError, ValueError):
+            pass
+    return dumps(obj, compact=True).encode("utf-8")
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     from sieve.safe_io import atomic_write_text
 
@@ -160,12 +181,12 @@ _BODY = '","body":'
 _REF_LEN = 16
 
 
-def _ref(body: str) -> str:
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:_REF_LEN]
+def _ref(body: str | bytes) -> str:
+    return hashlib.sha256(body if isinstance(body, bytes) else body.encode("utf-8")).hexdigest()[:_REF_LEN]
 
 
-def _ref_line(ref: str, body: str) -> str:
-    return f"{_HEAD}{ref}{_BODY}{body}}}\n"
+def _ref_line_bytes(ref: str, body: bytes) -> bytes:
+    return b"".join((_HEAD.encode(), ref.encode(), _BODY.encode(), body, b"}\n"))
 
 
 def _lines(path: Path, fh: Any) -> Iterator[tuple[int, bytes]]:
@@ -428,10 +449,10 @@ class RecordWriter:
         ranking = rec.get("ranking") or []
         rref = None
         if ranking:
-            rbody = dumps(ranking, compact=True)
+            rbody = dumps_bytes(ranking)
             rref = _ref(rbody)
             if rref not in self._rankings:
-                self._put(RANKINGS, self.rankings, _ref_line(rref, rbody).encode("utf-8"))
+                self._put(RANKINGS, self.rankings, _ref_line_bytes(rref, rbody))
                 self._rankings.add(rref)
         decs = list(decisions if decisions is not None else rec.get("decisions") or [])
         get = (lambda d, f: d.get(f)) if decs and isinstance(decs[0], dict) else getattr
@@ -441,9 +462,9 @@ class RecordWriter:
         body: dict[str, Any] = {"decisions": cols}
         if "info" in rec:
             body["info"] = rec["info"]
-        dbody = dumps(body, compact=True)
+        dbody = dumps_bytes(body)
         dref = _ref(dbody)
-        data = self._z.compress(_ref_line(dref, dbody).encode("utf-8")) + self._z.flush(zlib.Z_SYNC_FLUSH)
+        data = self._z.compress(_ref_line_bytes(dref, dbody)) + self._z.flush(zlib.Z_SYNC_FLUSH)
         self._put(DETAILS, self.details, data)
         head["ranking_ref"], head["detail_ref"] = rref, dref
         self.records.write(dumps(head) + "\n")

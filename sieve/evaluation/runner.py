@@ -49,7 +49,8 @@ from sieve.evaluation.records import (
     read_run_config,
     write_run_config,
 )
-from sieve.evaluation.summary import SCORED_STATUSES, SUMMARY_KEYS, roc_inputs, summarize_records, write_summary
+from sieve.evaluation.summary import (SCORED_STATUSES, SUMMARY_KEYS, roc_inputs, summarize_records, summary_record,
+                                      write_summary)
 from sieve.types import Document, Ranking
 
 if TYPE_CHECKING:
@@ -199,6 +200,7 @@ def run_eval(
 
     seed_everything(seed)
     done = {record_key(r) for r in existing}
+    kept = [summary_record(r) for r in existing]   # what the summary reads of them (small)
     del existing
     cfg: dict[str, Any] = {
         "sieve_version": sieve_version(),
@@ -244,7 +246,8 @@ def run_eval(
     from sieve.experiment import Experiment
 
     experiment = Experiment(ds, resources, depth=depth)   # no quarantine: results never depend on triage state
-    state = _RunState(experiment, plan, defs, k_ctx, clean_budget, generator, done, cfg, cfg_path, calibration_items)
+    state = _RunState(experiment, plan, defs, k_ctx, clean_budget, generator, done, cfg, cfg_path, calibration_items,
+                      kept)
     try:
         with writer:
             state.run(writer, progress)
@@ -259,7 +262,8 @@ def run_eval(
             cfg["defenses"][s]["params"] = defs[s].get_params()
         write_run_config(cfg_path, cfg)
         summary = write_summary(run_dir, ds.name, cfg["models"].get("retriever", resources.config.models.retriever),
-                                defense_order=specs, condition_order=[c for c, _ in plan.conditions])
+                                defense_order=specs, condition_order=[c for c, _ in plan.conditions],
+                                records=state.summary_records)   # held since written: no second read
     return summary
 
 
@@ -336,13 +340,16 @@ class _RunState:
 
     def __init__(self, experiment: "Experiment", plan: Plan, defs: dict[str, "Defense"], k_ctx: int,
                  clean_budget: float, generator: Any, done: set[tuple[str, str, str]],
-                 cfg: dict[str, Any], cfg_path: Path, calibration_items: list[EvalItem] | None = None):
+                 cfg: dict[str, Any], cfg_path: Path, calibration_items: list[EvalItem] | None = None,
+                 summary_records: list[dict[str, Any]] | None = None):
         self.exp, self.plan, self.defs, self.res = experiment, plan, defs, experiment.resources
         self.k_ctx, self.clean_budget = k_ctx, clean_budget
         self.generator, self.done, self.cfg, self.cfg_path = generator, done, cfg, cfg_path
         self.learned: dict[str, dict[str, Any]] = {}
         #: clean items thresholds are learned on when not the run's own (``calibration_queries``)
         self.calibration_items = calibration_items
+        #: :func:`~sieve.evaluation.summary.summary_record` of every record in the files, in file order
+        self.summary_records: list[dict[str, Any]] = summary_records if summary_records is not None else []
 
     # -- snapshots and rankings ----------------------------------------------------------------
     def snapshot(self, condition: str, items: list[EvalItem]) -> "Snapshot":
@@ -413,6 +420,7 @@ class _RunState:
                     for s in want:
                         rec, decisions = self._evaluate(it, s, ranking, rows, fit_errors.get(s) or rank_err)
                         writer.write(rec, decisions)
+                        self.summary_records.append(summary_record(rec, decisions))
                         self.done.add((it.query_id, cond, s))
                         bar.update(1)
                 if todo:

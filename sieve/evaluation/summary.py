@@ -4,14 +4,15 @@ Metric functions are in :mod:`sieve.evaluation.metrics`; definitions in :func:`s
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from sieve.constants import CLEAN, CLEAN_BUDGET
 from sieve.evaluation import metrics as M
-from sieve.evaluation.records import latest_records, read_records, read_run_config, write_json_atomic
+from sieve.evaluation.records import dumps_bytes, latest_records, read_records, read_run_config, write_json_atomic
 
 #: Decision statuses that mean "the defense examined this document" (removal-rate denominators).
 SCORED_STATUSES = frozenset({"scored", "ran"})
@@ -50,6 +51,34 @@ def first_own_poison_position(rec: dict[str, Any]) -> int | None:
     return None
 
 
+#: Record fields the summary reads (besides the ranking's poison flags and the decisions).
+_SUMMARY_FIELDS = ("query_id", "condition", "defense", "error", "own_poison_ids", "context_ids", "answer",
+                   "target_answer", "judgment", "correct_answers", "latency_ms", "fallback_used", "llm_errors",
+                   "llm_last_error", "llm_circuit_open")
+
+
+def summary_record(rec: dict[str, Any], decisions: list[Any] | None = None) -> dict[str, Any]:
+    """The part of one record that :func:`summarize_records` reads, with the values a reader of the
+    run directory gets back (one JSON round trip): ``sieve eval`` keeps these in memory as it
+    writes, so ``summary.json`` needs no second pass over the record files (whose decision evidence
+    is most of their bytes). The ranking keeps its poisoned documents; each decision its id,
+    status, score and removal (and its reason when it is ``unavailable``). ``decisions``:
+    :class:`~sieve.types.Decision` objects or dicts (default ``rec["decisions"]``)."""
+    decs = list(decisions if decisions is not None else rec.get("decisions") or [])
+    get = (lambda d, f: d.get(f)) if decs and isinstance(decs[0], dict) else getattr
+    slim: dict[str, Any] = {k: rec[k] for k in _SUMMARY_FIELDS if k in rec}
+    slim["ranking"] = [{"id": d["id"], "poison": True} for d in rec.get("ranking") or [] if d.get("poison")]
+    out = []
+    for d in decs:
+        row = {"doc_id": get(d, "doc_id"), "status": get(d, "status"), "score": get(d, "score"),
+               "removed": get(d, "removed")}
+        if row["status"] == "unavailable":
+            row["reason"] = get(d, "reason")
+        out.append(row)
+    slim["decisions"] = out
+    return json.loads(dumps_bytes(slim))
+
+
 def _rate(flags: list[bool]) -> float | None:
     return float(np.mean(flags)) if flags else None
 
@@ -58,18 +87,25 @@ def _ci(flags: list[bool]) -> list[float] | None:
     return list(M.wilson_interval(sum(flags), len(flags))) if flags else None
 
 
+Scores = Callable[[dict[str, Any]], dict[str, list[tuple[float | None, bool]]]]
+
+
+def _negatives(clean_recs: Iterable[dict[str, Any]], scores: Scores = record_scores) -> list[float]:
+    return [s for r in clean_recs if not r.get("error") for cls in ("clean", "other", "own")
+            for s, _ in scores(r)[cls] if s is not None]
+
+
 def roc_inputs(records: list[dict[str, Any]], defense: str, attack: str) -> tuple[list[float], list[float]]:
     """§9.2 positives (own-poison scores in the attack condition) and negatives (every score the
     defense produced in the clean condition) for one (defense, attack) cell."""
     pos = [s for r in records if r["defense"] == defense and r["condition"] == attack and not r.get("error")
            for s, _ in record_scores(r)["own"] if s is not None]
-    neg = [s for r in records if r["defense"] == defense and r["condition"] == CLEAN and not r.get("error")
-           for cls in ("clean", "other", "own") for s, _ in record_scores(r)[cls] if s is not None]
+    neg = _negatives(r for r in records if r["defense"] == defense and r["condition"] == CLEAN)
     return pos, neg
 
 
 def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives: list[float],
-                budget: float = CLEAN_BUDGET) -> dict[str, Any]:
+                budget: float = CLEAN_BUDGET, *, scores: Scores = record_scores) -> dict[str, Any]:
     """One ``summary.json`` row. Null = the defense (or the run) cannot produce the metric.
 
     * poison_in_context_rate: fraction of target queries whose final context holds ≥ 1 own poison;
@@ -84,13 +120,15 @@ def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives
     * n_llm_errors: LLM endpoint failures during this row's items (decisions failed open, answers
       missing), n_unavailable: decisions the defense could not make; ``degraded`` lists in words
       why the row is not a normal result (empty when it is).
+
+    ``scores``: :func:`record_scores`, or a memo of it over the same records.
     """
     ok = [r for r in recs if not r.get("error")]
     attacked = attack != CLEAN
     row: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
     row.update(defense=defense, attack=attack, queries=len(recs))
-    own_scored = [x for r in ok for x in record_scores(r)["own"]]
-    clean_scored = [x for r in ok for x in record_scores(r)["clean"]]
+    own_scored = [x for r in ok for x in scores(r)["own"]]
+    clean_scored = [x for r in ok for x in scores(r)["clean"]]
     row["clean_removal_rate"] = _rate([rm for _, rm in clean_scored])
     if attacked and ok:
         hits = [first_own_poison_position(r) for r in ok]
@@ -162,19 +200,29 @@ def summarize_records(records: Iterable[dict[str, Any]], dataset: str = "", retr
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in recs:
         groups.setdefault((r["defense"], r["condition"]), []).append(r)
+    memo: dict[int, dict[str, list[tuple[float | None, bool]]]] = {}
+
+    def scores(r: dict[str, Any]) -> dict[str, list[tuple[float | None, bool]]]:   # once per record
+        out = memo.get(id(r))
+        if out is None:
+            out = memo[id(r)] = record_scores(r)
+        return out
+
     results = []
     for dname in defenses:
-        _, negatives = roc_inputs(recs, dname, CLEAN)
+        negatives = _negatives(groups.get((dname, CLEAN), []), scores)   # = roc_inputs(recs, dname, CLEAN)[1]
         for c in conds:
             if (dname, c) in groups:
-                results.append(summary_row(dname, c, groups[(dname, c)], negatives, budget))
+                results.append(summary_row(dname, c, groups[(dname, c)], negatives, budget, scores=scores))
     return {"dataset": dataset, "retriever": retriever, "results": results}
 
 
 def write_summary(run_dir: str | Path, dataset: str | None = None, retriever: str | None = None, *,
-                  defense_order: Sequence[str] | None = None, condition_order: Sequence[str] | None = None
-                  ) -> dict[str, Any]:
-    """(Re)compute ``summary.json`` from ``records.jsonl`` (also after an interrupted run)."""
+                  defense_order: Sequence[str] | None = None, condition_order: Sequence[str] | None = None,
+                  records: Iterable[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """(Re)compute ``summary.json`` from ``records.jsonl`` (also after an interrupted run).
+    ``records``: the run's records as already held by the caller (whole, or :func:`summary_record`
+    of each, in file order) instead of reading them back."""
     run_dir = Path(run_dir)
     cfg = {}
     if (run_dir / "config.json").exists():
@@ -183,7 +231,8 @@ def write_summary(run_dir: str | Path, dataset: str | None = None, retriever: st
     if retriever is None:
         retriever = cfg.get("models", {}).get("retriever") or cfg.get("models_config", {}).get("retriever", "")
     fp = cfg.get("fingerprint", {})
-    summary = summarize_records(read_records(run_dir, evidence=False), dataset or "", retriever or "",
+    recs = records if records is not None else read_records(run_dir, evidence=False)
+    summary = summarize_records(recs, dataset or "", retriever or "",
                                 defense_order=defense_order or fp.get("defenses"),
                                 condition_order=condition_order or fp.get("attacks"),
                                 budget=float(cfg.get("clean_budget", 0.05)))

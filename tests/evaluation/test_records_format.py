@@ -160,3 +160,36 @@ def test_dumps_is_json_of_jsonable():
             want = json.dumps(R.jsonable(o), ensure_ascii=False, allow_nan=False,
                               separators=(",", ":") if compact else None)
             assert R.dumps(o, compact=compact) == want
+        # the side files' encoder: the same values for a reader (text may differ: 1e-5 vs 1e-05)
+        assert json.loads(R.dumps_bytes(o)) == json.loads(want)
+
+
+def test_dumps_bytes_values_equal_dumps_on_awkward_values():
+    import math
+
+    objs = [{"big": 2**70, "neg": -(2**64), "f": 1e-5, "g": 1e16, "tiny": 5e-324, "round": 0.1 + 0.2},
+            {"s": "\u2028 \x7f \x00 \"q\" \\ é 😀", "k": {(1, 2): "tuple key"}},
+            [np.float32(1 / 3), np.float16(0.1), np.int8(-3), np.uint64(2**63), math.pi, -0.0, True, None],
+            {"nested": [{"ninf": -math.inf}, set(), frozenset([3]), np.zeros((2, 2), np.float32)]}]
+    for o in objs:
+        assert json.loads(R.dumps_bytes(o)) == json.loads(R.dumps(o, compact=True))
+
+
+def test_summary_held_in_memory_equals_the_summary_read_back(tiny_dataset, eval_resources, tmp_path):
+    """sieve eval summarises the records it holds (summary_record of each) instead of re-reading
+    the files: the rows equal those computed from the whole records on disk, also after a resume."""
+    from sieve.evaluation.summary import summary_record
+
+    out = tmp_path / "run"
+    defs = ["none", "tris", "trustrag", "rsq", "perplexity", "rsg"]
+    held = run_eval(tiny_dataset, out, eval_resources, defenses=defs, depth=20, progress=False, limit=3)
+    whole = read_records(out)
+    assert summarize_records([summary_record(r) for r in whole])["results"] == summarize_records(whole)["results"]
+    assert held["results"] == write_summary(out)["results"]
+    assert any(r["auroc"] is not None for r in held["results"])   # the rows measure something
+    lines = (out / "records.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (out / "records.jsonl").write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")   # half done
+    again = run_eval(tiny_dataset, out, eval_resources, defenses=defs, depth=20, progress=False, limit=3)
+    assert len(read_records(out)) == len(whole)
+    assert strip_latency(again) == strip_latency(write_summary(out))
+    assert strip_latency(again) == strip_latency(held)
