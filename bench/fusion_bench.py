@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -219,7 +220,7 @@ def main() -> None:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "fusion_bench.md").write_text(
-            f"# Fusion bench\n\nCommand: `sieve bench fusion {' '.join(sys.argv[1:])}`\n\n"
+            f"# Fusion bench\n\nCommand: `sieve bench fusion {shlex.join(sys.argv[1:])}`\n\n"
             f"## Held-out clean removal\n\n{splits}\n\n## Ablation\n\n{ablation}\n\n## Leave-one-family-out\n\n{lofo}\n\n## Latency\n\n{lat}\n",
             encoding="utf-8")
         (out / "fusion_bench.json").write_text(json.dumps({
