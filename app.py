@@ -1,8 +1,10 @@
 """Sieve analyst dashboard — ``streamlit run app.py``.
 
-A thin router (``st.navigation``); each page lives in ``pages/`` and calls the service layer in
-:mod:`sieve.dashboard`. Test hooks: ``SIEVE_DASHBOARD_TINY=1`` (tiny in-process models) and
-``SIEVE_DASHBOARD_DATASET`` / ``SIEVE_DASHBOARD_RUN`` / ``SIEVE_DASHBOARD_LEDGER``.
+A thin router (``st.navigation``); each page lives in ``views/`` and calls the service layer in
+:mod:`sieve.dashboard`. Not ``pages/``: a directory of that name switches Streamlit to its legacy
+page-directory mode, and a deep link as the first visit (``/attack-lab``) showed "Page not found".
+Test hooks: ``SIEVE_DASHBOARD_TINY=1`` (tiny in-process models) and ``SIEVE_DASHBOARD_DATASET`` /
+``SIEVE_DASHBOARD_RUN`` / ``SIEVE_DASHBOARD_LEDGER``.
 """
 from pathlib import Path
 
@@ -21,12 +23,12 @@ if LOGO.exists():
     st.logo(str(LOGO))
 
 PAGES = [
-    st.Page(str(HERE / "pages" / "0_overview.py"), title="Overview", icon=":material/home:", url_path="overview", default=True),
-    st.Page(str(HERE / "pages" / "1_corpus.py"), title="Corpus & index", icon=":material/library_books:", url_path="corpus"),
-    st.Page(str(HERE / "pages" / "2_explorer.py"), title="Query explorer", icon=":material/search:", url_path="explorer"),
-    st.Page(str(HERE / "pages" / "3_geometry.py"), title="Geometry", icon=":material/scatter_plot:", url_path="geometry"),
-    st.Page(str(HERE / "pages" / "4_tradeoffs.py"), title="Trade-offs", icon=":material/tune:", url_path="tradeoffs"),
-    st.Page(str(HERE / "pages" / "5_attack_lab.py"), title="Attack lab", icon=":material/science:", url_path="attack-lab"),
-    st.Page(str(HERE / "pages" / "6_alerts.py"), title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
+    st.Page(str(HERE / "views" / "0_overview.py"), title="Overview", icon=":material/home:", url_path="overview", default=True),
+    st.Page(str(HERE / "views" / "1_corpus.py"), title="Corpus & index", icon=":material/library_books:", url_path="corpus"),
+    st.Page(str(HERE / "views" / "2_explorer.py"), title="Query explorer", icon=":material/search:", url_path="explorer"),
+    st.Page(str(HERE / "views" / "3_geometry.py"), title="Geometry", icon=":material/scatter_plot:", url_path="geometry"),
+    st.Page(str(HERE / "views" / "4_tradeoffs.py"), title="Trade-offs", icon=":material/tune:", url_path="tradeoffs"),
+    st.Page(str(HERE / "views" / "5_attack_lab.py"), title="Attack lab", icon=":material/science:", url_path="attack-lab"),
+    st.Page(str(HERE / "views" / "6_alerts.py"), title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
 ]
 st.navigation(PAGES).run()

@@ -57,7 +57,7 @@ def _class_mode_child(root: str) -> int:
     import sieve
 
     assert Path(sieve.__file__).resolve().is_relative_to(Path(root).resolve()), sieve.__file__
-    page = str(Path(root) / "pages" / "5_attack_lab.py")
+    page = str(Path(root) / "views" / "5_attack_lab.py")
     out: dict[str, float | str] = {}
     for phase in ("cold", "warm"):
         t0 = time.perf_counter()

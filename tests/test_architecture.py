@@ -16,7 +16,7 @@ PKG = ROOT / "sieve"
 #: Faces: the ways people use Sieve. Each calls the library and never another face.
 FACES = {
     "cli": ("sieve.cli",),
-    "dashboard": ("sieve.dashboard", "pages", "app"),
+    "dashboard": ("sieve.dashboard", "views", "app"),
     "service": ("sieve.service",),
     "adapters": ("sieve.adapters",),
 }
@@ -34,7 +34,7 @@ def _module_name(path: Path) -> str:
 
 
 def _sources() -> dict[str, Path]:
-    files = list(PKG.rglob("*.py")) + list((ROOT / "pages").glob("*.py")) + [ROOT / "app.py"]
+    files = list(PKG.rglob("*.py")) + list((ROOT / "views").glob("*.py")) + [ROOT / "app.py"]
     return {_module_name(p): p for p in files if "__pycache__" not in p.parts}
 
 

@@ -1,9 +1,9 @@
 """Every repository file that code, tests and docs point at exists.
 
-Scanned: every ``.py`` under sieve/, pages/, bench/, scripts/ and tests/ (plus the shell scripts in
+Scanned: every ``.py`` under sieve/, views/, bench/, scripts/ and tests/ (plus the shell scripts in
 scripts/), app.py, README.md and every ``.md`` under docs/. Checked:
 
-* a path whose first component is a top-level project directory (docs, sieve, pages, tests, bench,
+* a path whose first component is a top-level project directory (docs, sieve, views, tests, bench,
   scripts, demo_data, examples, assets) exists relative to the repository root. A trailing line
   number or section mark is not part of the path. Glob patterns and ``<placeholder>`` paths are
   skipped, and so are run-time output directories;
@@ -23,8 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TOP_DIRS = ("docs", "sieve", "pages", "tests", "bench", "scripts", "demo_data", "examples", "assets")
-PY_DIRS = ("sieve", "pages", "bench", "scripts", "tests")
+TOP_DIRS = ("docs", "sieve", "views", "tests", "bench", "scripts", "demo_data", "examples", "assets")
+PY_DIRS = ("sieve", "views", "bench", "scripts", "tests")
 SKIP_PARTS = {"__pycache__", ".pytest_cache", ".venv", "test-artifacts", ".sieve", "node_modules"}
 
 #: Path components created only at run time (never in the repository).

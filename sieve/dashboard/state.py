@@ -38,22 +38,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _ensure_router() -> None:
-    """Streamlit starts a fresh server in its legacy "pages/ directory" mode when the first visit is
-    a deep link (e.g. ``/explorer``): the page then runs without ``app.py``'s ``st.navigation``
-    (wrong sidebar, no page config). Switch that flag off and rerun so ``app.py`` routes."""
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-    except ImportError:  # pragma: no cover - other Streamlit versions
-        return
-    if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
-
-
 def init_state() -> None:
     """Fill missing session keys with defaults (idempotent; called by every page)."""
-    _ensure_router()
     for k, v in DEFAULTS.items():
         if k not in st.session_state:
             st.session_state[k] = json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v

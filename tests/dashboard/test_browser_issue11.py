@@ -106,10 +106,9 @@ def test_attack_lab_class_mode_flips_in_browser(tmp_path_factory, browser):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp / "ledger.sqlite")
     with streamlit_app(env, tmp / "streamlit.log") as url:
-        browser.get(url)                      # a deep link as the very first visit shows "Page not found"
+        browser.get(f"{url}/attack-lab")      # a deep link as the very first visit (a teacher's shared link)
         _wait_rendered(browser, timeout=600)
-        browser.get(f"{url}/attack-lab")
-        _wait_rendered(browser, timeout=600)
+        assert "Page not found" not in browser.find_element(By.TAG_NAME, "body").text
         toggle = next(e for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stCheckbox"] label')
                       if "Class mode" in e.text)
         toggle.click()
