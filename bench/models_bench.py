@@ -2,13 +2,15 @@
 (documents/s on this machine's cores), query-encoding latency percentiles, LM scoring speed.
 
     .venv/bin/python bench/models_bench.py [--docs 64] [--skip-llm]
-    .venv/bin/python bench/models_bench.py --backends [--docs 192] [--rounds 2]   # issue 15
+    sieve bench models --backends --docs 192 --rounds 3 [--encoders all-mpnet-base-v2] [--skip-lm]   # issue 15
 
-``--backends``: indexing docs/s per encoder (mpnet retriever, MiniLM judge) and backend (PyTorch,
-ONNX fp32, ONNX int8 when its gate accepts it), measured alternately in one process (rounds) so the
-ratios hold on a busy machine, with the minimum cosine to the PyTorch vector and the recall@10
-agreement with PyTorch (demo queries against the same passages); then causal-LM traces/s one at a
-time (the landed ``Resources.lm_trace`` path) vs length-sorted batches (``Resources.lm_traces``).
+``--backends``: indexing docs/s per encoder (mpnet retriever, MiniLM judge) and backend (PyTorch
+fp32, PyTorch bf16, ONNX fp32, ONNX int8 — a gated backend that refuses is listed as refused),
+measured alternately in one process (rounds) so the ratios against PyTorch hold on a busy machine;
+CPU ms/doc; min/mean cosine to the PyTorch vectors; recall@10 agreement with PyTorch on the shipped
+probe (``sieve/models/retrieval_probe.json``: 64 queries × the first 192 demo passages); peak RSS of a
+fresh process that loads the encoder on that backend. Then causal-LM traces/s one at a time (the
+landed ``Resources.lm_trace`` path) vs length-sorted batches (``Resources.lm_traces``).
 
 Each model is loaded in a fresh subprocess (so "cold" includes nothing another model loaded,
 but excludes the one-off ``import torch``/``sentence_transformers`` which is reported apart).
@@ -85,7 +87,34 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def backends(n_docs: int, rounds: int) -> None:
+RSS_CHILD = r"""
+import json, resource, sys
+sys.path.insert(0, sys.argv[3])
+from sieve.config import ModelsConfig, SieveConfig
+from sieve.models.loaders import load_embedder
+from sieve.models.onnx_backend import retrieval_probe
+m = load_embedder(sys.argv[1], SieveConfig(models=ModelsConfig(backend=sys.argv[2])))
+m.encode(retrieval_probe()[1][:64], batch_size=16)
+print("RSS", json.dumps({"backend": getattr(m, "backend", "torch"), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def peak_rss_mb(name: str, backend: str) -> tuple[str, float | None]:
+    """Peak RSS of a fresh process that loads ``name`` on ``backend`` and encodes 64 probe passages."""
+    r = subprocess.run([sys.executable, "-c", RSS_CHILD, name, backend, str(ROOT)], capture_output=True, text=True)
+    line = next((x for x in r.stdout.splitlines() if x.startswith("RSS ")), None)
+    if line is None:
+        return backend, None
+    obj = json.loads(line[4:])
+    return obj["backend"], obj["rss_mb"]
+
+
+BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8")
+
+
+def backends(n_docs: int, rounds: int, names: list[str]) -> None:
+    """Table: encoder × backend (precision) → docs/s, ratio to PyTorch fp32 in the same run, CPU ms/doc,
+    min/mean cosine to the PyTorch vectors, recall@10 agreement on the shipped probe, peak RSS."""
     import os
     import time
 
@@ -95,40 +124,65 @@ def backends(n_docs: int, rounds: int) -> None:
     from sieve.config import ModelsConfig, SieveConfig
     from sieve.models import batching
     from sieve.models.loaders import load_causal_lm, load_embedder
+    from sieve.models.onnx_backend import retrieval_probe, topk_agreement
 
-    texts = [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "corpus.jsonl", encoding="utf-8")][:n_docs]
-    queries = [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "queries.jsonl", encoding="utf-8")][:64]
-    print(f"load average {os.getloadavg()[0]:.1f}; {len(texts)} demo passages, {len(queries)} queries; "
-          f"{rounds} alternating rounds; docs/s = median over rounds")
-    for name, role in (("all-mpnet-base-v2", "retriever"), ("all-MiniLM-L6-v2", "judge")):
-        models = {b: load_embedder(name, SieveConfig(models=ModelsConfig(backend=b)), role=role)
-                  for b in ("torch", "onnx", "onnx-int8")}
-        if models["onnx-int8"].model_id == models["onnx"].model_id:
-            from sieve.models import cache as mcache
-            from sieve.models.onnx_backend import refusal_message
-
-            entry = mcache.models_dir(SieveConfig().cache_dir) / "onnx" / f"{name}-int8"
-            info = json.loads((entry / mcache.MANIFEST).read_text()) if (entry / mcache.MANIFEST).exists() else {}
-            print(f"{name}: {refusal_message(f'{name}-int8', info)}; onnx-int8 = fp32 ONNX")
-            models.pop("onnx-int8")
+    queries, probe = retrieval_probe()
+    texts = (probe + [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "corpus.jsonl", encoding="utf-8")][192:])[:n_docs]
+    print(f"load average {os.getloadavg()[0]:.1f}; {len(texts)} demo passages (the probe's {len(probe)} first), "
+          f"{len(queries)} probe queries; {rounds} alternating rounds; docs/s = median over rounds; "
+          f"{batching.threads()} threads")
+    print(f"{'encoder':<20} {'backend':<11} {'precision':<22} {'docs/s':>7} {'x torch':>8} {'CPU ms/doc':>11} "
+          f"{'min cos':>8} {'mean cos':>9} {'recall@10 agr':>14} {'peak RSS MB':>12}")
+    for name in names:
+        role = "retriever" if name == "all-mpnet-base-v2" else "judge"
+        models, notes = {}, {}
+        for b in BACKENDS:
+            m = load_embedder(name, SieveConfig(models=ModelsConfig(backend=b)), role=role)
+            if getattr(m, "backend", "torch") != ("torch" if b == "torch" else b):
+                notes[b] = f"refused -> {getattr(m, 'backend', 'torch')} (see the warning above)"
+                continue
+            models[b] = m
         for m in models.values():
             m.encode(texts[:4])
         speed: dict[str, list[float]] = {b: [] for b in models}
+        cpu: dict[str, list[float]] = {b: [] for b in models}
         vecs: dict[str, np.ndarray] = {}
         for _ in range(rounds):
             for b, m in models.items():
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 vecs[b] = m.encode(texts, batch_size=32 if b == "torch" else 16)
                 speed[b].append(len(texts) / (time.perf_counter() - t))
+                cpu[b].append((time.process_time() - c) * 1000 / len(texts))
         qv = {b: m.encode(queries, kind="query") for b, m in models.items()}
-        top = {b: np.argsort(-(qv[b] @ vecs[b].T), axis=1)[:, :10] for b in models}
+        k = min(len(texts), len(probe))
         base = float(np.median(speed["torch"]))
-        for b in models:
-            agree = np.mean([len(set(x) & set(y)) / 10 for x, y in zip(top[b], top["torch"])])
-            cos = float((vecs[b] * vecs["torch"]).sum(1).min())
+        precision = {"torch": "fp32", "torch-bf16": "bf16 (oneDNN)", "onnx": "fp32 (ORT_ENABLE_ALL)",
+                     "onnx-int8": "int8 dyn. per-channel"}
+        for b in BACKENDS:
+            if b not in models:
+                print(f"{name:<20} {b:<11} {notes.get(b, '')}")
+                continue
+            cos = np.concatenate([(qv[b] * qv["torch"]).sum(1), (vecs[b] * vecs["torch"]).sum(1)])
+            agree = topk_agreement(qv["torch"], vecs["torch"][:k], qv[b], vecs[b][:k])
             v = float(np.median(speed[b]))
-            print(f"index {name:<20} {b:<10} {v:6.1f} docs/s  {v / base:4.2f}x torch  "
-                  f"min cosine {cos:.5f}  recall@10 agreement {agree:.3f}")
+            _, rss = peak_rss_mb(name, b)
+            print(f"{name:<20} {b:<11} {precision[b]:<22} {v:7.1f} {v / base:7.2f}x {np.median(cpu[b]):11.1f} "
+                  f"{cos.min():8.5f} {cos.mean():9.5f} {agree:14.4f} {rss if rss is None else round(rss):>12}")
+        del models, vecs
+    print(f"load average after {os.getloadavg()[0]:.1f}")
+
+
+def lm_traces(n_docs: int, rounds: int) -> None:
+    import time
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from sieve.config import SieveConfig
+    from sieve.models import batching
+    from sieve.models.loaders import load_causal_lm
+
+    texts = [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "corpus.jsonl", encoding="utf-8")][:n_docs]
     lm = load_causal_lm("smollm2-135m", SieveConfig())
     sample = texts[:48]
     lm.token_nll(sample[0])
@@ -152,9 +206,13 @@ def main() -> None:
     ap.add_argument("--skip-llm", action="store_true")
     ap.add_argument("--backends", action="store_true", help="encoder backends and batched LM traces (issue 15)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--encoders", default="all-mpnet-base-v2,all-MiniLM-L6-v2", help="--backends: encoders to compare")
+    ap.add_argument("--skip-lm", action="store_true", help="--backends: skip the LM-trace comparison")
     args = ap.parse_args()
     if args.backends:
-        backends(args.docs, args.rounds)
+        backends(args.docs, args.rounds, [x for x in args.encoders.split(",") if x])
+        if not args.skip_lm:
+            lm_traces(args.docs, args.rounds)
         return
     corpus = ROOT / "demo_data" / "corpus.jsonl"
     jobs = [("embedder", "all-mpnet-base-v2"), ("embedder", "all-MiniLM-L6-v2"),

@@ -24,6 +24,13 @@ installed, the export fails, or the verification below fails, Sieve warns once a
   is used. int8 vectors get their own model id (``<model>@onnx-int8``) so caches and
   indexes never mix them with fp32 vectors; fp32 ONNX vectors keep the PyTorch model id (equal
   within cosine 0.999, below the float16 rounding every stored vector goes through).
+
+``"torch-bf16"`` (sentence encoders only) runs a bfloat16 copy of the PyTorch model (oneDNN uses
+AMX / AVX512-BF16 where the CPU has them); it passes the same retrieval gate as int8 — recall@10
+agreement ≥ 0.99 and minimum cosine ≥ 0.99 on the shipped probe, measured through the production
+``encode`` path (length-sorted batches) — or is refused with one line and PyTorch fp32 is used. The
+verdict is cached per model, torch version and CPU (``<cache_dir>/models/gates/``); bf16 vectors get
+the model id ``<model>@bf16``. Measured speeds and why int8 stays refused: docs/models.md (ONNX section).
 """
 from __future__ import annotations
 
@@ -40,7 +47,7 @@ from sieve.models.errors import ModelError
 
 log = logging.getLogger("sieve.models")
 
-BACKENDS = ("torch", "onnx", "onnx-int8")
+BACKENDS = ("torch", "onnx", "onnx-int8", "torch-bf16")
 MIN_COSINE = 0.999
 INT8_MIN_COSINE = 0.99
 #: Minimum recall@10 agreement with the PyTorch encoder on the shipped retrieval probe (int8 gate).
@@ -324,10 +331,103 @@ class OnnxTokenEncoder:
         return f"OnnxTokenEncoder({self.model_id!r})"
 
 
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def bf16_hardware() -> str | None:
+    """The CPU's bfloat16 matrix support ("amx_bf16" or "avx512_bf16"), or None (bf16 emulated: slow)."""
+    flags = _cpu_flags()
+    return next((f for f in ("amx_bf16", "avx512_bf16") if f in flags), None)
+
+
+def gate_measurement(ref: Any, new: Any) -> dict[str, Any]:
+    """Retrieval gate of a reduced-precision embedder ``new`` against the fp32 PyTorch ``ref``: both
+    encode the shipped probe through their production ``encode`` (batched), then recall@10
+    agreement (:func:`topk_agreement`) and min / mean cosine over all probe vectors."""
+    queries, passages = retrieval_probe()
+    rq, rp = ref.encode(queries, kind="query"), ref.encode(passages)
+    nq, np_ = new.encode(queries, kind="query"), new.encode(passages)
+    cos = np.concatenate([(rq * nq).sum(1), (rp * np_).sum(1)])
+    return {"recall_at_10_agreement": round(topk_agreement(rq, rp, nq, np_), 6), "min_cosine": round(float(cos.min()), 6),
+            "mean_cosine": round(float(cos.mean()), 6), "required_agreement": INT8_MIN_AGREEMENT,
+            "required_cosine": INT8_MIN_COSINE, "probe_queries": len(queries), "probe_passages": len(passages)}
+
+
+class Bf16SentenceEmbedder:
+    """A bfloat16 copy of a sentence-transformers embedder (``models.backend: torch-bf16``), used
+    only when it passes the retrieval gate (module docstring). Vectors are normalised in float32.
+    ``hf_model`` (white-box attacks) stays the fp32 PyTorch model."""
+
+    GATE = "bf16-recall@10-v1"
+
+    def __init__(self, torch_embedder: Any, cache_dir: Path):
+        import copy
+
+        import torch
+
+        hw = bf16_hardware()
+        if hw is None:
+            raise ModelError("bf16 backend refused: this CPU has no AMX-BF16 / AVX512-BF16 (bfloat16 would be "
+                             "emulated and slower than float32)")
+        self.torch = torch_embedder
+        self.tokenizer = torch_embedder.tokenizer
+        self.hf_model = torch_embedder.hf_model
+        self.pooling = torch_embedder.pooling
+        self.max_tokens = torch_embedder.max_tokens
+        self.dim = torch_embedder.dim
+        self.st = copy.deepcopy(torch_embedder.st).to(torch.bfloat16).eval()
+        base = torch_embedder.model_id
+        tag = f"{base}-bf16-torch{torch.__version__.split('+')[0]}-{hw}"
+        entry = _cache.models_dir(cache_dir) / "gates" / tag
+
+        def build(tmp: Path) -> dict:
+            _cache.say(f"sieve: measuring {base} bf16 retrieval agreement with float32 on the shipped probe (once)")
+            info = gate_measurement(torch_embedder, self)
+            ok = info["recall_at_10_agreement"] >= INT8_MIN_AGREEMENT and info["min_cosine"] >= INT8_MIN_COSINE
+            return {**info, "accepted": ok, "gate": self.GATE, "hardware": hw}
+
+        out = _cache.ensure_entry(entry, build, label=f"bf16 gate {tag}", expected_info={"gate": self.GATE})
+        self.gate = json.loads((out / _cache.MANIFEST).read_text())
+        if not self.gate.get("accepted", False):
+            raise ModelError(refusal_message(tag, self.gate).replace("int8 ONNX model", "bf16 model"))
+        self.model_id = f"{base}@bf16"
+        self.backend = "torch-bf16"
+
+    def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int = 16,
+               progress: bool = False) -> np.ndarray:
+        import torch
+
+        from sieve.models.embedders import _checked, _normalise
+
+        texts = _checked(texts, kind)
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        with torch.inference_mode():
+            out = self.st.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_tensor=True,
+                                 normalize_embeddings=False)
+        return _normalise(out.float().cpu().numpy())
+
+    def __repr__(self) -> str:
+        return f"Bf16SentenceEmbedder({getattr(self, 'model_id', '?')!r}, dim={self.dim})"
+
+
 def wrap_embedder(torch_embedder: Any, backend: str, cache_dir: Path) -> Any:
     """``torch_embedder`` on the configured backend, or itself (with a logged reason) on failure."""
     if backend == "torch":
         return torch_embedder
+    if backend == "torch-bf16":
+        try:
+            return Bf16SentenceEmbedder(torch_embedder, cache_dir)
+        except ModelError as e:
+            log.warning("%s; using PyTorch float32", e)
+            return torch_embedder
     if not available():
         log.warning("models.backend=%s but onnxruntime is not installed (pip install 'sieve[onnx]'); using PyTorch",
                     backend)
@@ -345,7 +445,7 @@ def wrap_embedder(torch_embedder: Any, backend: str, cache_dir: Path) -> Any:
 
 
 def wrap_token_encoder(torch_encoder: Any, backend: str, cache_dir: Path, base_name: str) -> Any:
-    if backend == "torch" or not available():
+    if backend in ("torch", "torch-bf16") or not available():   # bf16 is offered for sentence encoders only
         return torch_encoder
     try:
         return OnnxTokenEncoder(torch_encoder, cache_dir, base_name)

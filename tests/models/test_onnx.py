@@ -122,6 +122,50 @@ def test_backend_falls_back_to_pytorch_without_onnxruntime(monkeypatch, caplog):
 
 
 def test_backend_is_validated():
-    with pytest.raises(ConfigError, match="models.backend must be one of torch, onnx, onnx-int8"):
+    with pytest.raises(ConfigError, match="models.backend must be one of torch, onnx, onnx-int8, torch-bf16"):
         SieveConfig(models=ModelsConfig(backend="tensorrt")).validate()
     assert SieveConfig.from_dict({"models": {"backend": "onnx"}}).models.backend == "onnx"
+
+
+def test_bf16_is_refused_without_bf16_hardware(monkeypatch, caplog):
+    """A CPU without AMX-BF16 / AVX512-BF16 would emulate bfloat16 (slower than fp32): refused in one
+    line, the fp32 PyTorch embedder is used."""
+    class Torchish:
+        model_id = "m"
+
+    monkeypatch.setattr(onnx_backend, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    assert onnx_backend.bf16_hardware() is None
+    t = Torchish()
+    with caplog.at_level(logging.WARNING, logger="sieve.models"):
+        assert onnx_backend.wrap_embedder(t, "torch-bf16", Path("/nonexistent")) is t
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 1 and "bf16 backend refused: this CPU has no AMX-BF16" in msgs[0] and "\n" not in msgs[0]
+    monkeypatch.setattr(onnx_backend, "_cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert onnx_backend.bf16_hardware() == "avx512_bf16"
+
+
+@pytest.mark.realmodel
+@pytest.mark.skipif(onnx_backend.bf16_hardware() is None, reason="CPU has no bfloat16 matrix instructions")
+def test_bf16_retriever_is_gated_by_agreement_with_fp32(real_retriever, tmp_path, monkeypatch):
+    """The real mpnet retriever in bfloat16, gated on a small slice of the shipped probe (24 queries ×
+    48 passages, for CI time; the product gate uses all 64 × 192): the manifest's agreement equals an
+    independent measurement, the model id changes iff accepted, and vectors stay close to fp32."""
+    queries, passages = onnx_backend.retrieval_probe()
+    monkeypatch.setattr(onnx_backend, "retrieval_probe", lambda: (queries[:24], passages[:48]))
+    try:
+        emb = onnx_backend.Bf16SentenceEmbedder(real_retriever, tmp_path)
+    except onnx_backend.ModelError as e:   # refused: the reason is the measured agreement or cosine, in one line
+        assert "\n" not in str(e) and ("agreement" in str(e) or "cosine" in str(e))
+        return
+    gate = emb.gate
+    assert gate["accepted"] and gate["probe_queries"] == 24 and gate["probe_passages"] == 48
+    assert emb.model_id == real_retriever.model_id + "@bf16" and emb.backend == "torch-bf16"
+    ref_q, ref_p = real_retriever.encode(queries[:24], kind="query"), real_retriever.encode(passages[:48])
+    q, p = emb.encode(queries[:24], kind="query"), emb.encode(passages[:48])
+    assert q.dtype == np.float32 and np.allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-5)
+    assert abs(onnx_backend.topk_agreement(ref_q, ref_p, q, p) - gate["recall_at_10_agreement"]) <= 1e-6
+    cos = (p * ref_p).sum(1)
+    assert cos.min() >= onnx_backend.INT8_MIN_COSINE and abs(cos.min() - gate["min_cosine"]) < 0.01
+    assert not np.allclose(p, ref_p, atol=1e-6)            # really computed in reduced precision
+    entry = mcache.models_dir(tmp_path) / "gates"
+    assert [d.name.split("-bf16-")[0] for d in entry.iterdir() if not d.name.startswith(".")] == [real_retriever.model_id]
