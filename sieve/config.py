@@ -79,7 +79,8 @@ class ModelsConfig:
     token_encoder_layer: int = TOKEN_ENCODER_LAYER
     # encoder runtime for the sentence encoders and the token encoder: "torch" (default), "onnx"
     # (ONNX Runtime, exported once and verified against PyTorch) or "onnx-int8" (used only within
-    # the agreement tolerance, else fp32 ONNX); see sieve/models/onnx_backend.py
+    # the agreement tolerance, else fp32 ONNX) or "torch-bf16" (sentence encoders in bfloat16, same
+    # gate, else fp32 PyTorch); see sieve/models/onnx_backend.py
     backend: str = "torch"
 
 
@@ -97,8 +98,8 @@ class SieveConfig:
                 f"models.judge ({self.models.judge!r}) must differ from models.retriever "
                 f"({self.models.retriever!r}): TRIS Layer 1 needs an independent embedding space"
             )
-        if self.models.backend not in ("torch", "onnx", "onnx-int8"):
-            raise ConfigError(f"models.backend must be one of torch, onnx, onnx-int8; got {self.models.backend!r}")
+        if self.models.backend not in ("torch", "onnx", "onnx-int8", "torch-bf16"):
+            raise ConfigError(f"models.backend must be one of torch, onnx, onnx-int8, torch-bf16; got {self.models.backend!r}")
         if self.models.token_encoder_layer < 1:
             raise ConfigError("models.token_encoder_layer must be >= 1")
         if self.llm.timeout_s <= 0:

@@ -194,7 +194,7 @@ class Resources:
         m = self.config.models
         return {
             # an int8 judge's id depends on its agreement gate: known only once loaded
-            "judge": (str(self.judge.model_id) if self._judge is not None or m.backend == "onnx-int8"
+            "judge": (str(self.judge.model_id) if self._judge is not None or m.backend in ("onnx-int8", "torch-bf16")
                       else embedder_model_id(m.judge, "judge")),
             "causal_lm": self.causal_lm_id(),
             "token_encoder": (str(self._token_encoder.model_id) if self._token_encoder is not None
