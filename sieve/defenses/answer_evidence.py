@@ -5,9 +5,9 @@ answer the passage gives to the query, and the corroboration statistic counts ho
 passages of the rest of the ranking (ranks ``k_ctx``+1 … depth, the reference) state the same answer.
 
 * **Answer sentence**: the sentence with the largest overlap with the query's content words.
-* **Extractor** ``lexical``: the answer is the answer sentence's capitalised phrases and numbers
-  that the query does not contain, or, when it has none, its remaining content words.
-* **Extractor** ``lm`` (the default when a causal LM is available): the answer sentence gives
+* **Extractor** ``lexical`` (the default): the answer is the answer sentence's capitalised phrases
+  and numbers that the query does not contain, or, when it has none, its remaining content words.
+* **Extractor** ``lm`` (opt-in: ``extractor="lm"``, or ``None`` = lm when a causal LM loads): the answer sentence gives
   several candidate spans (:func:`span_candidates`: each capitalised phrase, each number, each
   run of up to four content words outside the query); each is scored by the causal LM as the mean
   log p of its tokens after ``<passage> … </passage> Question: … Answer:``
@@ -276,17 +276,20 @@ class AnswerConsistency(Defense):
     """Answer-level corroboration (docs/algorithms.md §14.1). Parameters: ``threshold`` (removal at
     score ≥ threshold; ``None`` = calibrate on clean rankings), ``duplicate_jaccard`` (0.5; reference
     passages at least this similar to a candidate do not count as independent), ``extractor``
-    (``None`` = ``"lm"`` when a causal LM can be loaded, else ``"lexical"``; ``"lm"`` falls back to
-    ``"lexical"`` with a warning when it cannot)."""
+    (``"lexical"``, the default; ``"lm"``; ``None`` = ``"lm"`` when a causal LM can be loaded, else
+    ``"lexical"``; ``"lm"`` falls back to ``"lexical"`` with a warning when it cannot). Lexical is the
+    default because the LM-scored spans measured no better on the demo (AUROC 0.49 vs 0.51 on
+    single_fluent, lower on the five-poison families; docs/algorithms.md §14.1) at ~7 s per new query
+    on 2 cores against ~7 ms."""
 
     name = "answer_consistency"
     summary = "Answer-level evidence: removes a top-k passage whose answer the independent rest of the ranking does not state."
     paper = "Sieve extension (docs/algorithms.md §14.1)"
-    needs = ("causal_lm",)
+    needs = ()          # the default lexical extractor needs no model; "lm" loads the causal LM itself
     threshold_param = "threshold"
 
     def __init__(self, threshold: float | None = None, duplicate_jaccard: float = 0.5,
-                 extractor: str | None = None) -> None:
+                 extractor: str | None = "lexical") -> None:
         if extractor is not None and extractor not in EXTRACTORS:
             raise ValueError(f"answer_consistency: extractor must be one of {', '.join(EXTRACTORS)} "
                              f"(or None for lm when a causal LM is available), got {extractor!r}")

@@ -146,7 +146,8 @@ def test_extractor_parameter_and_which_one_ran():
         AnswerConsistency(extractor="spacy")
     r = ranking_of(Q, [DOC] * 3 + ["Orellana sailed."] * 4)
     res = resources_with()
-    auto = AnswerConsistency().inspect(r, res, 3)
+    assert AnswerConsistency().extractor == "lexical"                # the default (docs/algorithms.md §14.1)
+    auto = AnswerConsistency(extractor=None).inspect(r, res, 3)     # None: lm when a causal LM loads
     assert auto.info["extractor"] == "lm" and not auto.warnings
     assert auto.decisions[0].reason.startswith("LM-scored span: answer")
     assert auto.decisions[0].evidence["extractor"] == "lm" and auto.decisions[0].evidence["spans"]
