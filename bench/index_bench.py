@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/index_bench.py [--n 200] [--queries 30] [--load-docs 20000]
                                           [--retrievers all-mpnet-base-v2,all-MiniLM-L6-v2,multilingual-e5-small]
+                                          [--backends torch,torch-bf16,onnx]   (models.backend, docs/models.md)
 
 Passages: demo_data/corpus.jsonl if present, else the PoisonedRAG MS MARCO poison texts from
 ../shared/data (read only), else synthetic sentences. Prints a table; nothing is asserted.
@@ -64,13 +65,14 @@ class RandomEmbedder:
         return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 
-def bench_retrievers(names: list[str], texts: list[str], queries: list[str], nq: int) -> list[tuple]:
-    from sieve.config import SieveConfig
+def bench_retrievers(names: list[str], texts: list[str], queries: list[str], nq: int,
+                     backends: tuple[str, ...] = ("torch",)) -> list[tuple]:
+    from sieve.config import ModelsConfig, SieveConfig
     from sieve.models import load_embedder
 
-    cfg = SieveConfig()
     rows = []
-    for name in names:
+    for name, backend in ((n, b) for n in names for b in backends):
+        cfg = SieveConfig(models=ModelsConfig(backend=backend))
         t0 = time.perf_counter()
         try:
             emb = load_embedder(name, cfg)
@@ -89,8 +91,8 @@ def bench_retrievers(names: list[str], texts: list[str], queries: list[str], nq:
             emb.encode([q], kind="query")
             lat.append((time.perf_counter() - t1) * 1000)
             cpu.append((time.process_time() - c1) * 1000)
-        rows.append((name, emb.model_id, emb.dim, load_s, docs_s, cpu_ms_doc, pct(lat, 50), pct(lat, 95),
-                     pct(cpu, 50)))
+        rows.append((f"{name}:{getattr(emb, 'backend', 'torch')}" if backends != ("torch",) else name, emb.model_id,
+                     emb.dim, load_s, docs_s, cpu_ms_doc, pct(lat, 50), pct(lat, 95), pct(cpu, 50)))
     return rows
 
 
@@ -174,6 +176,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=30, help="queries for the latency percentiles")
     ap.add_argument("--load-docs", type=int, default=20000, help="documents in the index-load test")
     ap.add_argument("--retrievers", default="all-mpnet-base-v2,all-MiniLM-L6-v2,multilingual-e5-small")
+    ap.add_argument("--backends", default="torch", help="models.backend values to compare (e.g. torch,torch-bf16,onnx)")
     args = ap.parse_args()
     texts, queries = passages(args.n)
     print(f"# {len(texts)} passages (mean {np.mean([len(t) for t in texts]):.0f} chars), "
@@ -181,14 +184,15 @@ def main() -> None:
 
     print("\n## embedding throughput and query latency")
     print("(wall-clock figures include CPU contention from other processes; CPU ms are this process's CPU time)")
-    print(f"{'retriever':<24} {'dim':>4} {'load s':>7} {'docs/s':>8} {'CPU ms/doc':>11} {'query p50 ms':>13} "
+    print(f"{'retriever':<30} {'dim':>4} {'load s':>7} {'docs/s':>8} {'CPU ms/doc':>11} {'query p50 ms':>13} "
           f"{'query p95 ms':>13} {'query CPU p50':>14}")
-    for row in bench_retrievers([s for s in args.retrievers.split(",") if s], texts, queries, args.queries):
+    for row in bench_retrievers([s for s in args.retrievers.split(",") if s], texts, queries, args.queries,
+                                tuple(b for b in args.backends.split(",") if b)):
         if len(row) == 2:
-            print(f"{row[0]:<24} {row[1]}")
+            print(f"{row[0]:<30} {row[1]}")
         else:
             name, _, dim, load_s, dps, cpu_doc, p50, p95, cpu_q = row
-            print(f"{name:<24} {dim:>4} {load_s:>7.1f} {dps:>8.1f} {cpu_doc:>11.1f} {p50:>13.1f} {p95:>13.1f} "
+            print(f"{name:<30} {dim:>4} {load_s:>7.1f} {dps:>8.1f} {cpu_doc:>11.1f} {p50:>13.1f} {p95:>13.1f} "
                   f"{cpu_q:>14.1f}")
 
     with tempfile.TemporaryDirectory() as tmp:

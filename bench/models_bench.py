@@ -95,18 +95,23 @@ from sieve.models.loaders import load_embedder
 from sieve.models.onnx_backend import retrieval_probe
 m = load_embedder(sys.argv[1], SieveConfig(models=ModelsConfig(backend=sys.argv[2])))
 m.encode(retrieval_probe()[1][:64], batch_size=16)
-print("RSS", json.dumps({"backend": getattr(m, "backend", "torch"), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+print("RSS", json.dumps({"backend": getattr(m, "backend", "torch"), "rss_mb": int(status["VmRSS"].split()[0]) / 1024,
+                         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
-def peak_rss_mb(name: str, backend: str) -> tuple[str, float | None]:
-    """Peak RSS of a fresh process that loads ``name`` on ``backend`` and encodes 64 probe passages."""
+def rss_mb(name: str, backend: str) -> str:
+    """"RSS / peak RSS" (MB) of a fresh process that loads ``name`` on ``backend`` (the PyTorch model
+    stays loaded too: white-box attacks use it) and encodes 64 probe passages. The peak is usually
+    reached while loading the weights, the same for every backend; the resident size after encoding
+    is what the backend adds."""
     r = subprocess.run([sys.executable, "-c", RSS_CHILD, name, backend, str(ROOT)], capture_output=True, text=True)
     line = next((x for x in r.stdout.splitlines() if x.startswith("RSS ")), None)
     if line is None:
-        return backend, None
+        return "?"
     obj = json.loads(line[4:])
-    return obj["backend"], obj["rss_mb"]
+    return f"{obj['rss_mb']:.0f} / {obj['peak_mb']:.0f}"
 
 
 BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8")
@@ -132,7 +137,7 @@ def backends(n_docs: int, rounds: int, names: list[str]) -> None:
           f"{len(queries)} probe queries; {rounds} alternating rounds; docs/s = median over rounds; "
           f"{batching.threads()} threads")
     print(f"{'encoder':<20} {'backend':<11} {'precision':<22} {'docs/s':>7} {'x torch':>8} {'CPU ms/doc':>11} "
-          f"{'min cos':>8} {'mean cos':>9} {'recall@10 agr':>14} {'peak RSS MB':>12}")
+          f"{'min cos':>8} {'mean cos':>9} {'recall@10 agr':>14} {'RSS / peak MB':>17}")
     for name in names:
         role = "retriever" if name == "all-mpnet-base-v2" else "judge"
         models, notes = {}, {}
@@ -165,9 +170,8 @@ def backends(n_docs: int, rounds: int, names: list[str]) -> None:
             cos = np.concatenate([(qv[b] * qv["torch"]).sum(1), (vecs[b] * vecs["torch"]).sum(1)])
             agree = topk_agreement(qv["torch"], vecs["torch"][:k], qv[b], vecs[b][:k])
             v = float(np.median(speed[b]))
-            _, rss = peak_rss_mb(name, b)
             print(f"{name:<20} {b:<11} {precision[b]:<22} {v:7.1f} {v / base:7.2f}x {np.median(cpu[b]):11.1f} "
-                  f"{cos.min():8.5f} {cos.mean():9.5f} {agree:14.4f} {rss if rss is None else round(rss):>12}")
+                  f"{cos.min():8.5f} {cos.mean():9.5f} {agree:14.4f} {rss_mb(name, b):>17}")
         del models, vecs
     print(f"load average after {os.getloadavg()[0]:.1f}")
 

@@ -1,7 +1,8 @@
-"""ONNX Runtime backend for the sentence encoders and the token encoder (issue 15; docs/models.md).
+"""Encoder backends: ONNX Runtime for the sentence encoders and the token encoder, and bfloat16
+PyTorch for the sentence encoders (issue 15; docs/models.md, section "Encoder backends").
 
 Selected with ``models.backend`` in the config (:class:`sieve.config.ModelsConfig`): ``"torch"``
-(default), ``"onnx"`` or ``"onnx-int8"``. PyTorch stays the fallback: when ``onnxruntime`` is not
+(default), ``"onnx"``, ``"onnx-int8"`` or ``"torch-bf16"``. PyTorch stays the fallback: when ``onnxruntime`` is not
 installed, the export fails, or the verification below fails, Sieve warns once and uses PyTorch.
 
 * **Export once into the cache** — ``<cache_dir>/models/onnx/<model>[-layerN]-<variant>/model.onnx``,
