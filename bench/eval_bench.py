@@ -1,11 +1,13 @@
 """End-to-end ``sieve eval`` benchmark (issue 15): a baseline checkout against the current tree,
 measured in the same run on the same dataset and defenses.
 
-    sieve bench eval -- --baseline /tmp/base15 --limit 12 [--rounds 1] [--dataset demo_data]
+    sieve bench eval -- --baseline /tmp/base15 --limit 12 [--rounds 1] [--dataset demo_data] [--current DIR]
     .venv/bin/python bench/eval_bench.py --compare RUN_A RUN_B      # only compare two run dirs
 
-Each side runs ``sieve eval DATASET --no-llm --limit N`` in a fresh subprocess (the baseline with
-its own source tree first on ``sys.path``; same interpreter, same model caches), alternating
+Each side runs ``sieve eval DATASET --no-llm --limit N`` in a fresh subprocess (each with its own
+source tree first on ``sys.path``: the baseline's, and this checkout's or ``--current``'s, e.g.
+``git archive HEAD`` unpacked, so edits made while it runs are not measured; same interpreter, same
+model caches), alternating
 baseline/current for ``--rounds`` rounds. Printed per side (median over rounds) and as ratios
 baseline/current: wall-clock, CPU seconds (user + system of the child), peak RSS of the child, the
 bytes of the run's record files (``records.jsonl`` plus the side files of format 2) and bytes per
@@ -81,6 +83,9 @@ def compare(a: Path, b: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", type=Path, help="a checkout of the baseline (e.g. git worktree add /tmp/base HEAD)")
+    ap.add_argument("--current", type=Path, default=ROOT,
+                    help="the tree measured against the baseline (default: this checkout; a frozen copy keeps "
+                         "edits made while the benchmark runs out of it)")
     ap.add_argument("--dataset", type=Path, default=ROOT / "demo_data")
     ap.add_argument("--limit", type=int, default=12, help="queries per condition (sieve eval --limit)")
     ap.add_argument("--rounds", type=int, default=1, help="alternating baseline/current rounds (medians printed)")
@@ -92,7 +97,9 @@ def main() -> None:
         raise SystemExit(1 if compare(*args.compare) else 0)
     if args.baseline is None or not (args.baseline / "sieve").is_dir():
         raise SystemExit("--baseline must be a source checkout (a directory with sieve/)")
-    base, cur = args.baseline.resolve(), ROOT
+    if not (args.current / "sieve").is_dir():
+        raise SystemExit("--current must be a source checkout (a directory with sieve/)")
+    base, cur = args.baseline.resolve(), args.current.resolve()
     dataset = args.dataset.resolve()
     defenses = args.defenses.split(",") if args.defenses else registered_defenses(base)
     work = args.keep or Path(tempfile.mkdtemp(prefix="sieve-eval-bench-"))

@@ -80,20 +80,17 @@ def dumps(obj: Any, compact: bool = False) -> str:
 
 try:   # a C encoder ~5x faster than json's on the decision columns (most of a run's bytes)
     import orjson as _orjson
-    _ORJSON_OPTS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
 except ImportError:   # pragma: no cover - orjson is a core dependency
     _orjson = None
 
 
 def dumps_bytes(obj: Any) -> bytes:
-    """Compact UTF-8 JSON of ``obj`` with the same values as ``dumps(obj, compact=True)`` (what a
-    reader parses is equal; the text may differ, e.g. ``1e-5`` for ``1e-05``). orjson encodes plain
-    values itself and hands the rest to the same converter (numpy values, sets, dataclasses, paths);
-    what it refuses (non-string keys, integers beyond 64 bits) goes through :func:`dumps`. Non-finite
-    floats become ``null`` either way."""
+    """Compact UTF-8 JSON, the values of ``dumps(obj, compact=True)`` (text may differ: ``1e-5``); numpy values,
+    sets, dataclasses, paths converted alike; what orjson refuses (non-str keys, ints > 64 bits) via dumps."""
     if _orjson is not None:
         try:
-            return _orjson.dumps(obj, default=_default, option=_ORJSON_OPTS)
+            return _orjson.dumps(obj, default=_default,
+                                 option=_orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME)
         except (TypeError, ValueError):
             pass
     return dumps(obj, compact=True).encode("utf-8")
@@ -185,7 +182,7 @@ def _ref(body: str | bytes) -> str:
     return hashlib.sha256(body if isinstance(body, bytes) else body.encode("utf-8")).hexdigest()[:_REF_LEN]
 
 
-def _ref_line_bytes(ref: str, body: bytes) -> bytes:
+def _ref_line_bytes(ref: str, body: bytes) -> bytes:   # the side-file line {"ref": …, "body": …}
     return b"".join((_HEAD.encode(), ref.encode(), _BODY.encode(), body, b"}\n"))
 
 
