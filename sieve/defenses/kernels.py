@@ -2,7 +2,8 @@
 
 Both give the same numbers as the plain implementations they replace, not approximations:
 
-* :func:`lcs_lengths` — longest-common-subsequence lengths of token sequences for a list of pairs.
+* :func:`lcs_lengths` / :func:`lcs_matrix` — longest-common-subsequence lengths of token sequences
+  (a list of pairs / every pair).
   Tokens are mapped to integer ids (one alphabet per call, so equal ids mean equal tokens) and the
   LCS is RapidFuzz's bit-parallel ``LCSseq.similarity`` in C++ (Hyyrö's algorithm, the same one as
   :func:`sieve.defenses.text.lcs_length`, which stays the reference and the fallback when RapidFuzz
@@ -49,6 +50,23 @@ def lcs_lengths(token_lists: Sequence[Sequence[Hashable]] | Mapping[int, Sequenc
                 ids[x] = [vocab.setdefault(t, len(vocab)) for t in token_lists[x]]
         out.append(int(sim(ids[i], ids[j])))
     return out
+
+
+def lcs_matrix(token_lists: Sequence[Sequence[Hashable]]) -> np.ndarray:
+    """``(m, m)`` int matrix of the LCS lengths of every pair of ``token_lists`` (the diagonal holds
+    each sequence's length), in one C++ call when RapidFuzz is there."""
+    m = len(token_lists)
+    if _LCSSEQ is None or m == 0:
+        out = np.zeros((m, m), dtype=np.int64)
+        for i in range(m):
+            for j in range(i, m):
+                out[i, j] = out[j, i] = lcs_lengths(token_lists, [(i, j)])[0]
+        return out
+    from rapidfuzz.process import cdist
+
+    vocab: dict[Hashable, int] = {}
+    ids = [[vocab.setdefault(t, len(vocab)) for t in seq] for seq in token_lists]
+    return cdist(ids, ids, scorer=_LCSSEQ.similarity, dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -68,44 +68,33 @@ def _cohesion(idx: list[int], sims: np.ndarray) -> float | None:
     return float(sub[iu].mean())
 
 
-_ROUGE_CACHE: "OrderedDict[tuple[str, str], float]" = OrderedDict()
-_ROUGE_CACHE_SIZE = 100_000
+_ROUGE_CACHE: "OrderedDict[tuple[str, ...], np.ndarray]" = OrderedDict()
+_ROUGE_CACHE_SIZE = 4096
 
 
 def pairwise_rouge(texts: list[str]) -> np.ndarray:
     """Symmetric ROUGE-L F1 matrix over ``texts`` (:func:`sieve.defenses.text.rouge_l` on word
-    tokens; zero diagonal). Pair values are memoised by the two texts (ROUGE-L is symmetric): the
-    rankings of one query under different attack conditions, and calibration and evaluation on the
-    same clean rankings, share most pairs, so ``sieve eval`` computes each pair once. The LCS lengths
-    of the new pairs come from :func:`sieve.defenses.kernels.lcs_lengths` (exact, bit-parallel in C++)."""
-    m = len(texts)
-    rouge = np.zeros((m, m))
-    todo: list[tuple[int, int, tuple[str, str]]] = []
-    for i in range(m):
-        for j in range(i + 1, m):
-            a, b = texts[i], texts[j]
-            key = (a, b) if a <= b else (b, a)
-            v = _ROUGE_CACHE.get(key)
-            if v is None:
-                todo.append((i, j, key))
-            else:
-                rouge[i, j] = rouge[j, i] = v
-    if todo:
-        from sieve.defenses.kernels import lcs_lengths
+    tokens; zero diagonal). The LCS lengths of all pairs come from
+    :func:`sieve.defenses.kernels.lcs_matrix` (exact, bit-parallel in C++); F1 = 2·LCS/(|a|+|b|) in
+    float64, the same operations as ``rouge_l``. Matrices are memoised by the texts (TrustRAG and
+    fusion examine the same ranking in one ``sieve eval``); a fresh copy is returned."""
+    key = tuple(texts)
+    hit = _ROUGE_CACHE.get(key)
+    if hit is None:
+        from sieve.defenses.kernels import lcs_matrix
 
-        toks: dict[int, list[str]] = {}
-        for i, j, _ in todo:
-            for x in (i, j):
-                if x not in toks:
-                    toks[x] = word_tokens(texts[x])
-        lcs = lcs_lengths(toks, [(i, j) for i, j, _ in todo])
-        for (i, j, key), n in zip(todo, lcs):
-            v = 0.0 if n == 0 else 2.0 * n / (len(toks[i]) + len(toks[j]))   # = rouge_l(toks[i], toks[j])
-            rouge[i, j] = rouge[j, i] = v
-            _ROUGE_CACHE[key] = v
-            if len(_ROUGE_CACHE) > _ROUGE_CACHE_SIZE:
-                _ROUGE_CACHE.popitem(last=False)
-    return rouge
+        toks = [word_tokens(t) for t in texts]
+        lcs = lcs_matrix(toks).astype(np.float64)
+        lens = np.array([len(t) for t in toks], dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hit = np.where(lcs > 0, 2.0 * lcs / (lens[:, None] + lens[None, :]), 0.0)
+        np.fill_diagonal(hit, 0.0)
+        _ROUGE_CACHE[key] = hit
+        if len(_ROUGE_CACHE) > _ROUGE_CACHE_SIZE:
+            _ROUGE_CACHE.popitem(last=False)
+    else:
+        _ROUGE_CACHE.move_to_end(key)
+    return hit.copy()
 
 
 def trustrag_filter(emb: np.ndarray, rouge: np.ndarray, rouge_threshold: float = 0.25,

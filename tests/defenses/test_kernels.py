@@ -36,6 +36,21 @@ def test_lcs_lengths_equal_the_dp(seqs: list[list[str]]) -> None:
     assert got == [lcs_length(seqs[i], seqs[j]) for i, j in pairs]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tokens, min_size=0, max_size=6))
+def test_lcs_matrix_equals_the_dp(seqs: list[list[str]]) -> None:
+    got = kernels.lcs_matrix(seqs)
+    assert got.shape == (len(seqs), len(seqs))
+    assert [[int(x) for x in row] for row in got] == [[lcs_dp(a, b) for b in seqs] for a in seqs]
+
+
+def test_lcs_matrix_fallback_without_rapidfuzz(monkeypatch: pytest.MonkeyPatch) -> None:
+    seqs = [["a", "b", "c", "a"], ["b", "a", "c"], []]
+    want = kernels.lcs_matrix(seqs)
+    monkeypatch.setattr(kernels, "_LCSSEQ", None)
+    assert np.array_equal(kernels.lcs_matrix(seqs), want) and want[0, 1] == 2 and want[0, 0] == 4
+
+
 def test_lcs_lengths_long_sequences_past_one_machine_word() -> None:
     rng = np.random.default_rng(3)
     a = [f"w{int(t)}" for t in rng.integers(0, 12, 300)]
