@@ -344,6 +344,23 @@ def test_query_vectors_are_memoised(tmp_path, emb):
     assert emb.queries == ["river"]
 
 
+def test_query_vectors_are_persisted_in_the_artifact_cache_bit_for_bit(tmp_path, emb):
+    """With an artifact cache, a reopened index (a new process) does not embed a query again, and the
+    cached vector equals the one computed without any cache exactly."""
+    cache = ArtifactCache.open(tmp_path / "cache.sqlite")
+    first = VectorIndex.open_or_build(corpus(), emb, tmp_path / "ws", progress=False, cache=cache)
+    v1 = first.query_vector("river Nile")
+    assert emb.queries == ["river Nile"]
+    reopened = VectorIndex.open_or_build(corpus(), emb, tmp_path / "ws", progress=False,
+                                         cache=ArtifactCache.open(tmp_path / "cache.sqlite"))
+    v2 = reopened.query_vector("river Nile")
+    assert emb.queries == ["river Nile"]                       # read from the cache, not embedded
+    fresh = VectorIndex.open_or_build(corpus(), emb, tmp_path / "ws2", progress=False).query_vector("river Nile")
+    assert emb.queries == ["river Nile", "river Nile"]         # no cache: embedded again
+    assert v1.dtype == v2.dtype == np.float32 and np.array_equal(v1, v2) and np.array_equal(v2, fresh)
+    assert [x[0] for x in reopened.search("river Nile", 3)] == [x[0] for x in first.search("river Nile", 3)]
+
+
 # ---- workspace / conveniences ------------------------------------------------------------------
 def test_workspace_dir_is_outside_the_dataset(tmp_path):
     ds = Dataset(path=tmp_path / "data" / "demo", name="demo", documents=corpus(2))

@@ -35,6 +35,9 @@ TIE_SLACK = 8
 """Extra FAISS candidates fetched so that ties at the k-th place are resolved by the stable rule."""
 QUERY_MEMO = 256
 """Recent query embeddings memoised per index (and shared with its views)."""
+QUERY_KIND = "query_embedding@v1"
+"""Artifact-cache kind of query vectors: stored as computed (float32), one query per encoder call,
+so a cached query vector equals a freshly computed one bit for bit."""
 
 
 @dataclass
@@ -225,7 +228,8 @@ class VectorIndex:
 
     # -- search --------------------------------------------------------------------------------
     def query_vector(self, query: str | np.ndarray) -> np.ndarray:
-        """The normalised query embedding (``kind="query"``); recent queries are memoised."""
+        """The normalised query embedding (``kind="query"``); recent queries are memoised, and with an
+        artifact cache every query vector is persisted (kind :data:`QUERY_KIND`), like document vectors."""
         if not isinstance(query, str):
             q = np.asarray(query, dtype=np.float32).reshape(-1)
             if q.shape[0] != self.dim:
@@ -238,8 +242,16 @@ class VectorIndex:
                 return hit
         if self.embedder is None:
             raise ValueError("this index has no embedder; pass a query vector")
-        q = np.asarray(self.embedder.encode([query], kind="query"), dtype=np.float32)[0]
-        q.setflags(write=False)
+        embedder = self.embedder
+
+        def encode(texts: list[str]) -> list[np.ndarray]:    # one query per call, as without the cache
+            return [np.asarray(embedder.encode([t], kind="query"), dtype=np.float32)[0] for t in texts]
+
+        if self.cache is not None:   # persisted like document vectors, exact float32 (QUERY_KIND)
+            q = self.cache.get_or_compute(QUERY_KIND, embedder.model_id, [query], encode)[0]
+        else:
+            q = encode([query])[0]
+            q.setflags(write=False)
         with self._query_lock:
             self._query_cache[query] = q
             if len(self._query_cache) > QUERY_MEMO:
