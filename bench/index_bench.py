@@ -4,6 +4,7 @@
     .venv/bin/python bench/index_bench.py [--n 200] [--queries 30] [--load-docs 20000]
                                           [--retrievers all-mpnet-base-v2,all-MiniLM-L6-v2,multilingual-e5-small]
                                           [--backends torch,torch-bf16,onnx]   (models.backend, docs/models.md)
+                                          [--baseline CHECKOUT [--rounds 2]]    (indexing path, old vs this tree)
 
 Passages: demo_data/corpus.jsonl if present, else the PoisonedRAG MS MARCO poison texts from
 ../shared/data (read only), else synthetic sentences. Prints a table; nothing is asserted.
@@ -172,6 +173,46 @@ def bench_cache(workdir: Path, reps: int = 50) -> dict[str, float]:
             "db_mb": os.path.getsize(path) / 2**20}
 
 
+_INDEXING = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import sieve
+from sieve.config import ModelsConfig, SieveConfig
+from sieve.index.embedding import embed_documents
+from sieve.models import load_embedder
+from sieve.types import Document
+name, backend, texts = sys.argv[2], sys.argv[3], json.loads(sys.stdin.read())
+cfg = SieveConfig() if backend == "torch" else SieveConfig(models=ModelsConfig(backend=backend))
+emb = load_embedder(name, cfg)
+emb.encode(texts[:4], kind="passage")
+docs = [Document(f"bench-{i}", t) for i, t in enumerate(texts)]
+t0 = time.perf_counter()
+embed_documents(docs, emb, None, progress=False, desc="")
+print(json.dumps({"docs_s": len(texts) / (time.perf_counter() - t0)}))
+"""
+
+
+def indexing_vs_baseline(baseline: Path, names: list[str], backends: tuple[str, ...], texts: list[str],
+                         rounds: int) -> None:
+    """docs/s of the indexing path (``embed_documents``) of ``baseline`` (PyTorch fp32 only) and of this
+    tree (every backend), each in a fresh process, alternating for ``rounds`` rounds."""
+    print(f"\n## indexing path (embed_documents), baseline {baseline} vs this tree; {rounds} alternating rounds")
+    print(f"{'retriever':<22} {'tree':<9} {'backend':<11} {'docs/s per round':<28} {'x baseline (median)':>20}")
+    sides = [(baseline, "baseline", "torch")] + [(ROOT, "this", b) for b in backends]
+    for name in names:
+        got: dict[tuple[str, str], list[float]] = {}
+        for _ in range(rounds):
+            for tree, label, backend in sides:
+                out = subprocess.run([sys.executable, "-c", _INDEXING, str(tree), name, backend],
+                                     input=json.dumps(texts), capture_output=True, text=True, cwd=tree)
+                lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+                got.setdefault((label, backend), []).append(json.loads(lines[-1])["docs_s"] if lines else float("nan"))
+        base = float(np.median(got[("baseline", "torch")]))
+        for (label, backend), v in got.items():
+            print(f"{name:<22} {label:<9} {backend:<11} {', '.join(f'{x:.1f}' for x in v):<28} "
+                  f"{np.median(v) / base:>19.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=200, help="passages embedded per retriever")
@@ -179,8 +220,16 @@ def main() -> None:
     ap.add_argument("--load-docs", type=int, default=20000, help="documents in the index-load test")
     ap.add_argument("--retrievers", default="all-mpnet-base-v2,all-MiniLM-L6-v2,multilingual-e5-small")
     ap.add_argument("--backends", default="torch", help="models.backend values to compare (e.g. torch,torch-bf16,onnx)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a checkout of older code: also time its indexing path against this tree's")
+    ap.add_argument("--rounds", type=int, default=2, help="--baseline: alternating rounds")
     args = ap.parse_args()
     texts, queries = passages(args.n)
+    if args.baseline is not None:
+        print(f"# {len(texts)} passages (mean {np.mean([len(t) for t in texts]):.0f} chars), {os.cpu_count()} CPUs")
+        indexing_vs_baseline(args.baseline, [s for s in args.retrievers.split(",") if s],
+                             tuple(b for b in args.backends.split(",") if b), texts, args.rounds)
+        return
     print(f"# {len(texts)} passages (mean {np.mean([len(t) for t in texts]):.0f} chars), "
           f"{os.cpu_count()} CPUs, torch threads {os.environ.get('SIEVE_THREADS', 'default')}")
 

@@ -149,6 +149,8 @@ def test_cauchy_combination_keeps_one_strong_evidence_that_fisher_dilutes():
     assert cauchy_stat(strong) > cauchy_stat(moderate)
     assert cauchy_stat(moderate) == pytest.approx(math.tan(0.4 * math.pi))
     assert cauchy_stat([0.5, 0.5]) == pytest.approx(0.0, abs=1e-12)
+    # p = 1 (a value tied with the bottom of its clean null) vetoes: not capped (docs/algorithms.md §14.2)
+    assert cauchy_stat([0.002, 1.0, 0.6]) < cauchy_stat([0.9, 0.9, 0.9]) < 0
 
 
 def test_the_budget_bounds_the_whole_refill_procedure_on_calibration_queries():
