@@ -246,18 +246,24 @@ def refusal_message(tag: str, info: dict[str, Any]) -> str:
             f"on the probe texts" + (f" (recall@10 agreement {agree:.3f})" if agree is not None else ""))
 
 
+def _adopt(wrapper: Any, torch_embedder: Any) -> None:
+    """What a faster copy of a sentence encoder keeps from the PyTorch one: the model itself
+    (``torch``; ``hf_model`` for the white-box attacks), tokenizer, pooling, token limit, dimension."""
+    wrapper.torch = torch_embedder
+    wrapper.tokenizer = torch_embedder.tokenizer
+    wrapper.hf_model = torch_embedder.hf_model
+    wrapper.pooling = torch_embedder.pooling
+    wrapper.max_tokens = torch_embedder.max_tokens
+    wrapper.dim = torch_embedder.dim
+
+
 class OnnxSentenceEmbedder:
     """A sentence-transformers model (mean pooling) run by ONNX Runtime; same protocol and,
     for fp32, the same ``model_id`` as :class:`~sieve.models.embedders.SentenceTransformerEmbedder`.
     ``hf_model`` (white-box attacks) is the PyTorch model it was exported from."""
 
     def __init__(self, torch_embedder: Any, cache_dir: Path, int8: bool = False):
-        self.torch = torch_embedder
-        self.tokenizer = torch_embedder.tokenizer
-        self.hf_model = torch_embedder.hf_model
-        self.pooling = torch_embedder.pooling
-        self.max_tokens = torch_embedder.max_tokens
-        self.dim = torch_embedder.dim
+        _adopt(self, torch_embedder)
         self.int8 = int8
         base = torch_embedder.model_id
         entry = export_entry(base, self.hf_model, self.tokenizer, cache_dir, self.max_tokens, None, int8)
@@ -381,12 +387,7 @@ class Bf16SentenceEmbedder:
         if hw is None:
             raise ModelError("bf16 backend refused: this CPU has no AMX-BF16 / AVX512-BF16 (bfloat16 would be "
                              "emulated and slower than float32)")
-        self.torch = torch_embedder
-        self.tokenizer = torch_embedder.tokenizer
-        self.hf_model = torch_embedder.hf_model
-        self.pooling = torch_embedder.pooling
-        self.max_tokens = torch_embedder.max_tokens
-        self.dim = torch_embedder.dim
+        _adopt(self, torch_embedder)
         self.st = copy.deepcopy(torch_embedder.st).to(torch.bfloat16).eval()
         base = torch_embedder.model_id
         tag = f"{base}-bf16-torch{torch.__version__.split('+')[0]}-{hw}"
