@@ -118,9 +118,9 @@ def cauchy_stat(ps: Sequence[float]) -> float:
     """The Cauchy combination (ACAT): mean of tan((½ − p)π). Its tail is driven by the smallest
     p-values like min-p, but every evidence still counts, like Fisher (docs/algorithms.md §14.2).
 
-    Not capped below 1: an evidence with p = 1 (its value ties with the bottom of the clean null,
-    e.g. L2 = 0, a passage sharing no prefix word with the question) contributes ≈ −∞ and vetoes
-    removal. Capping at 1 − 1/d (ACAT's convention) was measured and lost more than it gained
+    Not capped below 1: an evidence with p = 1 (its value is at or below the bottom of the clean
+    null, e.g. L2 = 0, a passage sharing no prefix word with the question) contributes ≈ −∞ and
+    vetoes removal. Capping at 1 − 1/d (ACAT's convention) was measured and lost more than it gained
     (docs/algorithms.md §14.2)."""
     if not ps:
         return 0.0
