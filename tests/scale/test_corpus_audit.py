@@ -22,16 +22,21 @@ SHARD = 50
 WORDS = ["river", "mountain", "forest", "valley", "ocean", "desert", "island", "meadow", "glacier", "canyon"]
 runner = CliRunner()
 
-# the CLI in a child process, its tiny retriever slowed down so that a kill lands mid-ingestion
-SLOW_CLI = f"""
-import sys, time
+# the CLI in a child process, its tiny retriever held after HOLD shards so that the kill lands mid-ingestion
+HOLD = 3
+HELD_CLI = f"""
+import os, sys
 sys.path.insert(0, {str(ROOT)!r})
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from _kill import hold_after_shards
 from sieve.models.tiny import HashingEmbedder
-fast = HashingEmbedder.encode
-def slow(self, *a, **k):
-    time.sleep(0.1)
-    return fast(self, *a, **k)
-HashingEmbedder.encode = slow
+from sieve.scale.shards import MANIFEST
+encode = HashingEmbedder.encode
+manifest = os.path.join(sys.argv[sys.argv.index("--workdir") + 1], MANIFEST)
+def held(self, *a, **k):
+    hold_after_shards(manifest, {HOLD})
+    return encode(self, *a, **k)
+HashingEmbedder.encode = held
 from sieve.cli import app
 app(sys.argv[1:])
 """
@@ -63,10 +68,10 @@ def flags_of(out):
 
 def test_killed_audit_resumes_from_verified_shards_with_the_same_flags(corpus, tmp_path):
     wd, out = tmp_path / "wd", tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_CLI, *args(corpus, wd, out)],
+    proc = subprocess.Popen([sys.executable, "-c", HELD_CLI, *args(corpus, wd, out)],
                             env={**os.environ, "SIEVE_CACHE_DIR": str(tmp_path / "cache")},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    kill_after_shards(proc, wd / MANIFEST, 3)
+    kill_after_shards(proc, wd / MANIFEST, HOLD)
     before = json.loads((wd / MANIFEST).read_text())
     assert not before["complete"] and 3 <= len(before["shards"]) < N // SHARD
     assert not (out / "rsg_audit.json").exists()            # killed before the audit

@@ -26,16 +26,18 @@ def hash_embed(texts):
     return out
 
 
-SLOW_INGEST = f"""
-import sys, time
+HOLD = 4
+HELD_INGEST = f"""
+import os, sys
 sys.path.insert(0, {str(ROOT)!r})
 sys.path.insert(0, {str(Path(__file__).parent)!r})
+from _kill import hold_after_shards
 from test_shards import hash_embed
-from sieve.scale.shards import ingest
-def slow(texts):
-    time.sleep(0.15)
+from sieve.scale.shards import MANIFEST, ingest
+def held(texts):   # stops after {HOLD} shards until the parent kills it
+    hold_after_shards(os.path.join(sys.argv[2], MANIFEST), {HOLD})
     return hash_embed(texts)
-ingest(sys.argv[1], sys.argv[2], slow, "hash16", chunk_rows={CHUNK}, progress=False)
+ingest(sys.argv[1], sys.argv[2], held, "hash16", chunk_rows={CHUNK}, progress=False)
 """
 
 
@@ -50,8 +52,8 @@ def source(tmp_path):
 
 def test_killed_ingestion_resumes_without_lost_or_duplicated_rows(source, tmp_path):
     out = tmp_path / "shards"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_INGEST, str(source), str(out)])
-    kill_after_shards(proc, out / MANIFEST, 4)           # mid-way: a few shards recorded
+    proc = subprocess.Popen([sys.executable, "-c", HELD_INGEST, str(source), str(out)])
+    kill_after_shards(proc, out / MANIFEST, HOLD)        # mid-way: a few shards recorded
     before = json.loads((out / MANIFEST).read_text())
     assert not before["complete"] and 4 <= len(before["shards"]) < N // CHUNK
     done_rows = sum(s["rows"] for s in before["shards"])
