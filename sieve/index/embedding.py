@@ -17,9 +17,11 @@ from sieve.types import Document
 if TYPE_CHECKING:
     from sieve.models.protocols import Embedder
 
-EMBED_BATCH = 32
-"""Kept for callers that import it; indexing uses :data:`sieve.models.batching.EMBED_CHUNK` texts per
-``encode`` call and :func:`sieve.models.batching.embed_batch` sequences per forward pass."""
+EMBED_BATCH = 256
+"""Documents per ``Embedder.encode`` call while indexing. The encoder sorts them by length inside the
+call, so a larger call pads less (mpnet fp32: calls of 32 at 32 per pass gave 4.4 docs/s, one sorted
+call at 8 per pass 9.8 docs/s); the progress bar moves once per call. Sequences per forward pass:
+:func:`sieve.models.batching.embed_batch`."""
 
 
 def finalise(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,20 +67,20 @@ def single_thread_faiss() -> Iterator[None]:
 
 def embed_documents(docs: Sequence[Document], embedder: "Embedder", cache: ArtifactCache | None,
                      progress: bool, desc: str) -> np.ndarray:
-    """Retriever passage embeddings of ``Document.model_text()``, in length-sorted batches (large
-    chunks per ``encode`` call, :mod:`sieve.models.batching`), with a progress bar.
+    """Retriever passage embeddings of ``Document.model_text()``, in length-sorted batches
+    (:data:`EMBED_BATCH` documents per ``encode`` call), with a progress bar.
     Through ``cache`` (kind ``"embedding"``, float16) when given: only misses are encoded."""
     from tqdm.auto import tqdm
 
-    from sieve.models.batching import EMBED_CHUNK, embed_batch
+    from sieve.models.batching import embed_batch
 
     def encode(texts: list[str]) -> list[np.ndarray]:
         out: list[np.ndarray] = []
         per_pass = embed_batch(embedder)
         with tqdm(total=len(texts), desc=desc, unit="doc", disable=not progress or not texts,
                   leave=False) as bar:
-            for i in range(0, len(texts), EMBED_CHUNK):
-                chunk = texts[i : i + EMBED_CHUNK]
+            for i in range(0, len(texts), EMBED_BATCH):
+                chunk = texts[i : i + EMBED_BATCH]
                 out.extend(np.asarray(embedder.encode(chunk, kind="passage", batch_size=per_pass), np.float32))
                 bar.update(len(chunk))
         return out

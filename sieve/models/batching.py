@@ -25,10 +25,6 @@ EMBED_BATCH = 8
 """Sentence-encoder sequences per forward pass at 2 threads (mpnet fp32 on 96 demo passages, one
 length-sorted call: 9.8 docs/s at 8, 8.0 at 16, 6.3 at 32). An embedder may declare its own
 ``encode_batch`` (the bfloat16 encoder: 16, 34 docs/s against 23 at 32)."""
-EMBED_CHUNK = 256
-"""Texts handed to one ``encode`` call while indexing: the encoder sorts them by length inside the
-call, so a larger chunk pads less (mpnet fp32: chunks of 32 at batch 32 gave 4.4 docs/s, one sorted
-call at batch 8 9.8 docs/s); the progress bar moves once per chunk."""
 
 
 def embed_batch(embedder: Any) -> int:

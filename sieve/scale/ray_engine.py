@@ -50,8 +50,8 @@ from sieve.index.knn import BLOCK, exact_rows, ivf_lists, plan_knn, train_ivf
 LISTS_PER_BATCH = 16
 #: rows per density batch (the statistic is O(k) per row; 4,096 rows ≈ 10 ms of numpy).
 DENSITY_BATCH = 4096
-#: texts per embedding call on an actor: 256 = 8 of the retriever's own encode batches
-#: (sieve/index/embedding.py: EMBED_BATCH = 32). On a CPU, MiniLM takes ~1 s per 256 passages, so
+#: texts per embedding call on an actor: 256, as many as one encode call of the local indexing path
+#: (sieve/index/embedding.py: EMBED_BATCH). On a CPU, MiniLM takes ~1 s per 256 passages, so
 #: Ray's per-batch cost (~ms) is < 1 %, while a window of 4 × 8,192 texts still splits into 128
 #: batches — enough for the actors to stay evenly busy and for the last batch not to dominate.
 EMBED_BATCH_RAY = 256
