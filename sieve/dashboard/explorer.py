@@ -56,7 +56,8 @@ def decision_label(dec: Decision | None) -> str:
 def rsq_evidence(ranking: Ranking, resources: "Resources", results: dict[str, DefenseResult]) -> dict[str, dict[str, Any]]:
     """RSQ evidence rows (E_a, E_i, E_p, E_s, traces) per candidate document: from a selected RSQ /
     RSG→RSQ result when present, else computed with :func:`sieve.defenses.rsq.score_candidates`."""
-    from sieve.defenses.rsq import CONTEXT_SIZE, expand_evidence, score_candidates
+    from sieve.defenses.rsq import CONTEXT_SIZE, score_candidates
+    from sieve.defenses.rsq_traces import expand_evidence
 
     text = {d.id: d.text for d in ranking.documents}   # traces are references into the artifact cache
     for res in results.values():

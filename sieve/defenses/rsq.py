@@ -32,7 +32,8 @@ Model substitutions (docs/models.md: only packaged weights, no hub access):
   it is insensitive to the encoder's similarity scale.
 
 Per-document work (NLL traces, token states) goes through the :class:`~sieve.resources.Resources`
-caches; at query time only the query token states and arithmetic remain.
+caches; at query time only the query token states and arithmetic remain. The evidence keeps a
+reference to each trace, not the trace (:mod:`sieve.defenses.rsq_traces`).
 
 Fewer than 20 documents: RSQ cannot run (the reference errors); every decision is
 ``unavailable`` with the remedy in the reason and a warning is added — never a silent pass.
@@ -49,10 +50,11 @@ import numpy as np
 
 from sieve.constants import K_CTX, LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
 from sieve.defenses.base import Defense
+from sieve.defenses.rsq_traces import token_strings, trace_ref
 from sieve.defenses.scripts import ascii_tokens, mixed_script_fraction
 from sieve.defenses.stats import EPS, hypergeom_upper_tail, midrank_upper_tail, simes
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking, content_hash
+from sieve.types import Decision, Inspection, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -339,53 +341,6 @@ def _json_copy(x: Any) -> Any:
     return copy.deepcopy(x)
 
 
-_TOKEN_STRINGS: "OrderedDict[tuple[str, str, int], list[str] | None]" = OrderedDict()
-
-
-def _token_strings(resources: "Resources", text: str, max_tokens: int) -> list[str] | None:
-    """Token strings of the LM trace (positions 2..L) for display, from the LM's tokenizer alone
-    (no forward pass, no weights loaded; memoised per model and text). ``None`` when the LM has no
-    tokenizer; NLL values are always available through the trace reference."""
-    key = (resources.causal_lm_id(), content_hash(text), max_tokens)
-    if key in _TOKEN_STRINGS:
-        _TOKEN_STRINGS.move_to_end(key)
-        return _TOKEN_STRINGS[key]
-    try:
-        out = resources.lm_token_strings(text, max_tokens)
-    except Exception:  # noqa: BLE001 - token strings are a display aid only
-        out = None
-    _TOKEN_STRINGS[key] = out
-    if len(_TOKEN_STRINGS) > 4096:
-        _TOKEN_STRINGS.popitem(last=False)
-    return out
-
-
-def trace_ref(resources: "Resources", text: str) -> dict[str, str]:
-    """Where a candidate's NLL trace lives in the artifact cache (docs/design.md): RSQ evidence
-    keeps this reference instead of the trace, so run records stay small (issue 15)."""
-    return {"kind": f"nll@{LM_MAX_TOKENS}", "model_id": resources.causal_lm_id(), "key": content_hash(text)}
-
-
-def expand_evidence(evidence: dict[str, Any], resources: "Resources", text: str | None = None) -> dict[str, Any]:
-    """A copy of RSQ ``evidence`` whose ``surprisal`` carries the trace (``nll``) and, when
-    ``text`` is given, the token strings (``tokens``), read back from the artifact cache through
-    ``surprisal.trace_ref``. Evidence that already holds the trace is returned unchanged; a
-    reference the cache no longer holds gives an empty trace (the scores stay valid)."""
-    s = evidence.get("surprisal")
-    if not isinstance(s, dict) or "nll" in s or not isinstance(s.get("trace_ref"), dict):
-        return evidence
-    ref = s["trace_ref"]
-    arr = resources.cache.get_many(str(ref.get("kind")), str(ref.get("model_id")), [str(ref.get("key"))])
-    trace = arr.get(str(ref.get("key")))
-    nll = [float(v) for v in trace] if trace is not None else []
-    tokens = None
-    if text is not None and nll and s.get("tokens") is None:
-        tokens = _token_strings(resources, text, LM_MAX_TOKENS)
-        if tokens is not None and len(tokens) != len(nll):
-            tokens = None
-    return {**evidence, "surprisal": {**s, "nll": nll, "tokens": tokens}}
-
-
 _BLAS_CONTROLLER: Any = None
 
 
@@ -484,7 +439,7 @@ def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float,
         surprisal: dict[str, Any] = {"trace_ref": trace_ref(resources, texts[i]), "ratio": ratio,
                                      "windows": [asdict(p) for p in profiles]}
         if inline_traces:
-            tokens = _token_strings(resources, texts[i], LM_MAX_TOKENS) if trace_tokens else None
+            tokens = token_strings(resources, texts[i], LM_MAX_TOKENS) if trace_tokens else None
             if tokens is not None and len(tokens) != traces[i].size:
                 tokens = None
             surprisal.update(nll=[float(v) for v in traces[i]], tokens=tokens)
