@@ -27,12 +27,23 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 
+def _defense_names() -> list[str]:   # read lazily: the registry imports every defense module
+    from sieve.registry import DEFENSES
+
+    return list(DEFENSES.names())
+
+
 def load_calibration(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """``{defense name: {param: value}}`` from a calibration YAML file (``{}`` for ``None``)."""
     if path is None:
         return {}
     p = Path(path)
     data = read_yaml_mapping(p, "calibration file")
+    unknown = sorted(str(k) for k in data if k not in ("defenses", "meta"))
+    if unknown:   # e.g. a defense's parameters written at the top level would otherwise be ignored
+        hint = f" (did you mean defenses.{unknown[0]}?)" if unknown[0] in _defense_names() else ""
+        raise ConfigError(f"{p}: unknown top-level key {unknown[0]!r}; a calibration file holds 'defenses' "
+                          f"(defense name → {{param: value}}) and 'meta'{hint}")
     defs = data.get("defenses", {}) or {}
     if not isinstance(defs, dict):
         raise ConfigError(f"{p}: 'defenses' must be a mapping of defense name → {{param: value}}")

@@ -33,7 +33,11 @@ def test_round_trip_and_merge(tmp_path):
 @pytest.mark.parametrize("text,msg", [("defenses: [1, 2]\n", "'defenses' must be a mapping"),
                                       ("defenses:\n  rsq: 3\n", "defenses.rsq must be a mapping"),
                                       ("defenses: {rsq: {eta_q: [1]}}\n", "defenses.rsq.eta_q"),
-                                      ("a: [\n", "invalid YAML")])
+                                      ("a: [\n", "invalid YAML"),
+                                      # a defense's parameters at the top level would be silently ignored
+                                      ("answer_consistency:\n  extractor: lm\n",
+                                       r"unknown top-level key 'answer_consistency'.*did you mean defenses\.answer_consistency"),
+                                      ("thresholds: {rsq: 1}\n", r"unknown top-level key 'thresholds'.*'meta'$")])
 def test_bad_files_name_the_field(tmp_path, text, msg):
     p = tmp_path / "bad.yaml"
     p.write_text(text)
