@@ -68,6 +68,8 @@ def summary_record(rec: dict[str, Any], decisions: list[Any] | None = None) -> d
     get = (lambda d, f: d.get(f)) if decs and isinstance(decs[0], dict) else getattr
     slim: dict[str, Any] = {k: rec[k] for k in _SUMMARY_FIELDS if k in rec}
     slim["ranking"] = [{"id": d["id"], "poison": True} for d in rec.get("ranking") or [] if d.get("poison")]
+    if _degraded_mode(rec):   # the defense ran in a degraded mode (Inspection.info)
+        slim["degraded"] = _degraded_mode(rec)
     out = []
     for d in decs:
         row = {"doc_id": get(d, "doc_id"), "status": get(d, "status"), "score": get(d, "score"),
@@ -77,6 +79,13 @@ def summary_record(rec: dict[str, Any], decisions: list[Any] | None = None) -> d
         out.append(row)
     slim["decisions"] = out
     return json.loads(dumps_bytes(slim))
+
+
+def _degraded_mode(rec: dict[str, Any]) -> str:
+    """Why the defense ran degraded on this record ("" = it did not): a whole record's
+    ``info["degraded"]``, or the ``degraded`` of its :func:`summary_record`."""
+    info = rec.get("info")
+    return str(rec.get("degraded") or (info.get("degraded") if isinstance(info, dict) else "") or "")
 
 
 def _rate(flags: list[bool]) -> float | None:
@@ -119,7 +128,8 @@ def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives
     * latency_ms_p50/p95 of the defense call per query;
     * n_llm_errors: LLM endpoint failures during this row's items (decisions failed open, answers
       missing), n_unavailable: decisions the defense could not make; ``degraded`` lists in words
-      why the row is not a normal result (empty when it is).
+      why the row is not a normal result (empty when it is), including queries on which the defense
+      itself reported running degraded (``Inspection.info["degraded"]``).
 
     ``scores``: :func:`record_scores`, or a memo of it over the same records.
     """
@@ -183,6 +193,11 @@ def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives
         degraded.append(f"{row['n_unavailable']} of {len(decisions)} decisions unavailable")
     if row["n_errors"]:
         degraded.append(f"{row['n_errors']} of {len(recs)} items failed")
+    modes = [m for m in map(_degraded_mode, ok) if m]
+    if modes:   # e.g. answer_consistency's LM extractor fell back to the lexical one
+        top = max(set(modes), key=modes.count)
+        degraded.append(f"{len(modes)} of {len(ok)} queries ran degraded: {top[:200]}"
+                        + (f" (and {len(set(modes)) - 1} other reason(s))" if len(set(modes)) > 1 else ""))
     row["degraded"] = degraded
     return row
 

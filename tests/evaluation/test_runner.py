@@ -148,6 +148,33 @@ def test_partial_failure_is_recorded_and_run_completes(tiny_dataset, eval_resour
     assert row["poison_in_context_rate"] == 1.0  # q1 only
 
 
+class _HalfDegraded(Defense):
+    """Runs normally on q1 and in a degraded mode (as answer_consistency without its LM) elsewhere."""
+    name = "half_degraded"
+    paper = "test"
+
+    def inspect(self, ranking, resources, k_ctx=5):  # noqa: ANN001
+        info = {} if ranking.query_id == "q1" else {"degraded": "causal LM unavailable (no weights)"}
+        return Inspection(keep_all(ranking, status="scored"), info=info, warnings=[])
+
+
+def test_a_defense_that_ran_degraded_says_so_in_the_summary(tiny_dataset, eval_resources, tmp_path, monkeypatch):
+    import sieve.experiment as X
+    from sieve.evaluation.summary import write_summary
+
+    real = X.build_defense
+    monkeypatch.setattr(X, "build_defense", lambda spec, params=None, calibration=None:
+                        _HalfDegraded() if spec == "half_degraded" else real(spec, params, calibration))
+    out = tmp_path / "run"
+    summary = run_eval(tiny_dataset, out, eval_resources, defenses=["none", "half_degraded"], depth=20, progress=False)
+    clean, attacked = _row(summary, "half_degraded", "clean"), _row(summary, "half_degraded", "pr_b")
+    assert clean["degraded"] == ["3 of 4 queries ran degraded: causal LM unavailable (no weights)"]
+    assert attacked["degraded"] == ["1 of 2 queries ran degraded: causal LM unavailable (no weights)"]
+    assert _row(summary, "none", "clean")["degraded"] == []
+    # the summary rebuilt from the record files says the same
+    assert write_summary(out)["results"] == summary["results"]
+
+
 def _scripted_llm():
     """Says the target when its poison claim is in the contexts, else the correct answer of the query."""
     correct = {"mona lisa": "Leonardo da Vinci", "australia": "Canberra", "berlin": "In 1989.", "planet": "Jupiter"}
