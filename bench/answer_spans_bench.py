@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from sieve.config import SieveConfig  # noqa: E402
 from sieve.corpus import load_dataset  # noqa: E402
-from sieve.defenses.answer_evidence import AnswerConsistency, span_candidates, span_prompt  # noqa: E402
+from sieve.defenses.answer_consistency import AnswerConsistency  # noqa: E402
+from sieve.defenses.answer_evidence import span_candidates, span_prompt  # noqa: E402
 from sieve.experiment import Experiment  # noqa: E402
 from sieve.index import ArtifactCache  # noqa: E402
 from sieve.models.span_scoring import span_logprobs, span_logprobs_reference  # noqa: E402

@@ -12,8 +12,8 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
   says little, because the documents of one query are correlated and the queries are ordered by topic;
 * every configuration — the default evidence, all-but-one for each evidence, the default plus the
   answer evidence or RAGDefender, every other combination of the p-values (Fisher, omnibus, min-p),
-  cohesion over the whole depth, 3 or 10 refill rounds, and the previous default (Fisher without
-  ROUGE-L) — is calibrated the same way and run on the first ``--limit`` targets of every family:
+  cohesion over the whole depth, the pairwise evidence over removed documents too (or not), 3 or 10
+  refill rounds, and the previous default (Fisher without ROUGE-L) — is calibrated the same way and run on the first ``--limit`` targets of every family:
   poison-in-context with a Wilson 95 % interval (the ablation table); ``--configs`` runs a subset;
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
   other families only;
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sieve.cli.common import load_config, load_dataset, open_experiment  # noqa: E402
-from sieve.defenses.fusion import COMBINE, DEFAULT_EVIDENCE, Fusion  # noqa: E402
+from sieve.defenses.fusion import COMBINE, DEFAULT_EVIDENCE, PAIRWISE_SCOPES, Fusion  # noqa: E402
 from sieve.evaluation.lofo import CleanResult, FamilyResult, format_lofo, lofo_table  # noqa: E402
 from sieve.evaluation.metrics import percentiles, wilson_interval  # noqa: E402
 from sieve.experiment import prepare_defense  # noqa: E402
@@ -56,11 +56,10 @@ def held_out_clean(exp, params, calib, test_clean, k_ctx=5):
 
 
 def run_config(exp, ds, params, calib, test_clean, families, limit, k_ctx=5):
-    evidence = params.get("evidence", DEFAULT_EVIDENCE)
     d, clean = held_out_clean(exp, params, calib, test_clean, k_ctx)
     fams = {}
     for fam in families:
-        if "rsg" in evidence:
+        if d.corpus_time:   # RSG and the answer evidence's corpus reference defend this family's snapshot
             d.fit(exp.snapshot(fam).index, exp.resources)
         k = n = 0
         for rec in ds.attack_records(fam)[:limit]:
@@ -68,7 +67,7 @@ def run_config(exp, ds, params, calib, test_clean, families, limit, k_ctx=5):
             k += int(any(c.poison for c in res.context))
             n += 1
         fams[fam] = FamilyResult(k, n)
-    if "rsg" in evidence:
+    if d.corpus_time:
         d.fit(exp.snapshot("clean").index, exp.resources)
     return d, clean, fams
 
@@ -142,6 +141,8 @@ def main() -> None:
             if comb != default_combine:
                 configs[names[comb]] = {"evidence": full, "combine": comb}
         configs["cohesion over depth 50"] = {"evidence": full, "cohesion_scope": 50}
+        other_scope = next(x for x in PAIRWISE_SCOPES if x != Fusion().pairwise_scope)
+        configs[f"pairwise evidence over {other_scope}"] = {"evidence": full, "pairwise_scope": other_scope}
         if Fusion().max_rounds != 3:
             configs["refill of 3 rounds (previous default)"] = {"evidence": full, "max_rounds": 3}
         else:

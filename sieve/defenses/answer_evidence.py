@@ -2,7 +2,9 @@
 
 For each candidate of the generation context (the first ``k_ctx`` documents) an extractor reads the
 answer the passage gives to the query, and the corroboration statistic counts how many *independent*
-passages of the rest of the ranking (ranks ``k_ctx``+1 … depth, the reference) state the same answer.
+passages of the rest of the ranking (ranks ``k_ctx``+1 … depth, the *ranking reference*) state the
+same answer. The *corpus reference* (the whole fitted snapshot) is :mod:`sieve.defenses.answer_corpus`;
+the defense that uses either is :mod:`sieve.defenses.answer_consistency`.
 
 * **Answer sentence**: the sentence with the largest overlap with the query's content words.
 * **Extractor** ``lexical`` (the default): the answer is the answer sentence's capitalised phrases
@@ -25,9 +27,6 @@ passages of the rest of the ranking (ranks ``k_ctx``+1 … depth, the reference)
   answer has m large); a single poison contradicts the answer the independent passages agree on.
   A clean query whose candidates all give the corroborated answer scores ≈ 0 everywhere.
 
-The removal threshold is calibrated on clean rankings with the one budget rule
-(:mod:`sieve.defenses.budget`, docs/algorithms.md §9.2). Ranks beyond ``k_ctx`` get status
-``not_examined`` (they are the reference); refill candidates are scored by :mod:`sieve.defenses.fusion`.
 """
 from __future__ import annotations
 
@@ -38,12 +37,6 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
-
-from sieve.constants import K_CTX
-from sieve.defenses.base import Defense
-from sieve.models.errors import ModelError
-from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -81,6 +74,9 @@ class Answer:
     text: str
     tokens: frozenset[str]
     sentence: str
+    #: the answer's phrases (content words outside the query), each matched on its own by the corpus
+    #: reference (:mod:`sieve.defenses.answer_corpus`); empty = the tokens form one phrase
+    phrases: tuple[frozenset[str], ...] = ()
 
 
 @lru_cache(maxsize=8192)
@@ -109,8 +105,8 @@ def extract_answer(query: str, text: str) -> Answer:
         if toks:
             phrases.append(m.group(0))
     if phrases:
-        tokens = frozenset(t for p in phrases for t in content_words(p) if t not in q)
-        return Answer("; ".join(phrases), tokens, best)
+        parts = tuple(frozenset(t for t in content_words(p) if t not in q) for p in phrases)
+        return Answer("; ".join(phrases), frozenset().union(*parts), best, parts)
     rest = [t for t in content_words(best) if t not in q]
     return Answer(" ".join(rest[:8]), frozenset(rest), best)
 
@@ -229,16 +225,19 @@ class Corroboration:
     answer: Answer
     agree_candidates: int      # other candidates that state the same answer
     reference_support: int     # r: independent reference passages that state it
-    reference_size: int        # independent reference passages considered
+    reference_size: int        # reference passages considered (independent ones for "ranking")
     consensus_support: int     # m: the best-corroborated candidate answer's r
     consensus_answer: str
     score: float
+    reference: str = "ranking"     # "ranking" (ranks k_ctx+1 … depth) or "corpus" (the fitted snapshot)
+    answers_query: float = 1.0     # w: share of the query's words in the answer sentence (corpus score)
 
     def evidence(self) -> dict[str, object]:
         return {"answer": self.answer.text, "answer_sentence": self.answer.sentence[:300],
                 "agree_candidates": self.agree_candidates, "reference_support": self.reference_support,
                 "reference_size": self.reference_size, "consensus_support": self.consensus_support,
-                "consensus_answer": self.consensus_answer, "answer_score": self.score}
+                "consensus_answer": self.consensus_answer, "answer_score": self.score,
+                "reference": self.reference, "answers_query": self.answers_query}
 
 
 def corroboration(query: str, texts: Sequence[str], candidates: Sequence[int], reference: Sequence[int],
@@ -269,88 +268,3 @@ def corroboration(query: str, texts: Sequence[str], candidates: Sequence[int], r
         out[i] = Corroboration(answers[i], agree, r, n, m, answers[best].text if best is not None else "",
                                round(math.log1p(m) - math.log1p(r), 9))
     return out
-
-
-@DEFENSES.register
-class AnswerConsistency(Defense):
-    """Answer-level corroboration (docs/algorithms.md §14.1). Parameters: ``threshold`` (removal at
-    score ≥ threshold; ``None`` = calibrate on clean rankings), ``duplicate_jaccard`` (0.5; reference
-    passages at least this similar to a candidate do not count as independent), ``extractor``
-    (``"lexical"``, the default; ``"lm"``; ``None`` = ``"lm"`` when a causal LM can be loaded, else
-    ``"lexical"``; ``"lm"`` falls back to ``"lexical"`` with a warning when it cannot). Lexical is the
-    default because the LM-scored spans measured no better on the demo (AUROC 0.49 vs 0.51 on
-    single_fluent, lower on the five-poison families; docs/algorithms.md §14.1) at ~7 s per new query
-    on 2 cores against ~7 ms."""
-
-    name = "answer_consistency"
-    summary = "Answer-level evidence: removes a top-k passage whose answer the independent rest of the ranking does not state."
-    paper = "Sieve extension (docs/algorithms.md §14.1)"
-    needs = ()          # the default lexical extractor needs no model; "lm" loads the causal LM itself
-    threshold_param = "threshold"
-
-    def __init__(self, threshold: float | None = None, duplicate_jaccard: float = 0.5,
-                 extractor: str | None = "lexical") -> None:
-        if extractor is not None and extractor not in EXTRACTORS:
-            raise ValueError(f"answer_consistency: extractor must be one of {', '.join(EXTRACTORS)} "
-                             f"(or None for lm when a causal LM is available), got {extractor!r}")
-        super().__init__(threshold=threshold, duplicate_jaccard=duplicate_jaccard, extractor=extractor)
-
-    def answers(self, query: str, texts: Sequence[str], resources: "Resources | None"
-                ) -> tuple[str, dict[int, Answer] | None, dict[int, list[tuple[str, float]]], str | None]:
-        """(extractor that ran, the LM answers by index or None, scored spans by index, why the LM
-        extractor did not run when it was wanted)."""
-        if self.extractor == "lexical":
-            return "lexical", None, {}, None
-        if resources is None:
-            return "lexical", None, {}, "no resources given"
-        try:
-            scores = span_scores(query, texts, resources)
-        except (ModelError, ImportError, OSError) as e:
-            return "lexical", None, {}, f"causal LM unavailable ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})"
-        out, spans = {}, {}
-        for i, (t, sc) in enumerate(zip(texts, scores)):
-            out[i], spans[i] = lm_answer(query, t, sc)
-        return "lm", out, spans, None
-
-    def scores(self, ranking: Ranking, k_ctx: int | None = K_CTX, resources: "Resources | None" = None
-               ) -> dict[int, Corroboration]:
-        return self._scores(ranking, k_ctx, resources)[0]
-
-    def _scores(self, ranking: Ranking, k_ctx: int | None, resources: "Resources | None"
-                ) -> tuple[dict[int, Corroboration], str, dict[int, list[tuple[str, float]]], str | None]:
-        n = len(ranking.documents)
-        k = n if k_ctx is None else min(int(k_ctx), n)
-        texts = [d.text for d in ranking.documents]
-        ran, answers, spans, why = self.answers(ranking.query, texts[:k], resources)
-        cor = corroboration(ranking.query, texts, list(range(k)), list(range(k, n)), float(self.duplicate_jaccard),
-                            answers=answers)
-        return cor, ran, spans, why
-
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
-        thr = self.threshold
-        cor, ran, spans, why = self._scores(ranking, k_ctx, resources)
-        degraded = why is not None
-        how = ("LM-scored span" if ran == "lm" else
-               f"lexical extractor (degraded: {why}; LM-scored spans not used)" if degraded else "lexical extractor")
-        warnings = ([f"answer_consistency: {why}; the lexical extractor ran instead of LM-scored spans"]
-                    if degraded else [])
-        out = []
-        for i, d in enumerate(ranking.documents):
-            c = cor.get(i)
-            if c is None:
-                out.append(Decision(d.id, False, "not_examined", threshold=thr, layer="answer",
-                                    reason=f"rank {i + 1} is part of the reference (outside the top {len(cor)})"))
-                continue
-            removed = thr is not None and c.score >= float(thr)
-            reason = (f"{how}: answer {c.answer.text[:60]!r} is stated by {c.reference_support} of {c.reference_size} "
-                      f"independent reference passages, the consensus answer {c.consensus_answer[:60]!r} by "
-                      f"{c.consensus_support}; score {c.score:.2f}"
-                      + (f" {'≥' if removed else '<'} {float(thr):.2f}; {'removed' if removed else 'kept'}"
-                         if thr is not None else " (calibrating)"))
-            ev = {**c.evidence(), "extractor": ran}
-            if degraded:
-                ev["degraded"] = why
-            if spans.get(i):
-                ev["spans"] = [[sp, round(v, 4)] for sp, v in spans[i][:5]]
-            out.append(Decision(d.id, bool(removed), "scored", c.score, thr, ev, reason, "answer"))
-        return Inspection(out, info={"extractor": ran, **({"degraded": why} if degraded else {})}, warnings=warnings)

@@ -13,7 +13,8 @@ Evidence per document (each oriented "higher = more suspicious"):
   to its two nearest neighbours among the first ``cohesion_scope`` survivors (poisons of one target
   form a tight cluster, docs/algorithms.md §8.2);
 * ``perplexity`` — exp(mean token NLL) under the packaged causal LM (§8.4);
-* ``answer`` — the answer-level corroboration score (:mod:`sieve.defenses.answer_evidence`);
+* ``answer`` — the answer-level corroboration score with the corpus reference fitted on the
+  snapshot (:mod:`sieve.defenses.answer_corpus`; the ranking reference when not fitted);
 * ``ragdefender`` — RAGDefender's per-passage score when a ``ragdefender`` defense is registered;
 * ``rouge`` — TrustRAG's near-copy signal per document: the largest ROUGE-L F1 of the document to
   another of the first ``cohesion_scope`` survivors (:func:`sieve.defenses.trustrag.pairwise_rouge`;
@@ -77,7 +78,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from sieve.constants import CLEAN, CLEAN_BUDGET, K_CTX
-from sieve.defenses.answer_evidence import corroboration
+from sieve.defenses.answer_corpus import AnswerIndex, answer_corroboration
 from sieve.defenses.base import Defense
 from sieve.defenses.budget import budget_index, removal_threshold
 from sieve.registry import DEFENSES
@@ -89,8 +90,16 @@ if TYPE_CHECKING:
 EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender", "rouge")
 #: The evidence used unless ``evidence=`` says otherwise (module docstring).
 DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")
+#: Which documents the pairwise evidence (cohesion, rouge) compares a context document with: the
+#: first ``cohesion_scope`` survivors, or those plus the documents removed in earlier refill rounds.
+PAIRWISE_SCOPES = ("survivors", "seen")
 #: How per-evidence p-values are combined into the fused score.
 COMBINE = ("fisher", "omnibus", "minp", "cauchy")
+#: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there.
+#: The answer score is 0 for a passage that gives the best-corroborated answer — true of the
+#: attacker's own consensus when several poisons agree — and most clean passages score 0 too, so
+#: p = 1 there; under the uncapped Cauchy combination that p would veto removal (docs/algorithms.md §14.2).
+ABSTAINS_AT_ZERO = frozenset({"answer"})
 #: p-value at or below which an evidence is named in the reason.
 REASON_P = 0.05
 
@@ -135,7 +144,10 @@ class Fusion(Defense):
     used, a subset of :data:`EVIDENCE`; default :data:`DEFAULT_EVIDENCE`; ablations drop one),
     ``combine`` (``cauchy`` | ``fisher`` | ``omnibus`` | ``minp``), ``calibration_folds`` (8: query folds of the
     cross-fitted calibration), ``max_rounds`` (10: rescoring rounds of the refill — in practice until the context is clean),
-    ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence).
+    ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence), ``pairwise_scope``
+    (``"survivors"``: cohesion and ROUGE-L compare with the first ``cohesion_scope`` survivors;
+    ``"seen"``: with the documents removed in earlier rounds too, so removing one of two near-copies
+    does not make the other look unique when it refills).
     Learned in :meth:`calibrate`: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
     ``minp_null_``, ``cauchy_null_`` and ``threshold``.
     """
@@ -150,7 +162,7 @@ class Fusion(Defense):
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
-                 cohesion_scope: int = 10, duplicate_jaccard: float = 0.5) -> None:
+                 cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "survivors") -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:
@@ -161,12 +173,19 @@ class Fusion(Defense):
             raise ValueError(f"fusion: combine must be one of {', '.join(COMBINE)}; got {combine!r}")
         if int(calibration_folds) < 2:
             raise ValueError("fusion: calibration_folds must be >= 2")
+        if pairwise_scope not in PAIRWISE_SCOPES:
+            raise ValueError(f"fusion: pairwise_scope must be one of {', '.join(PAIRWISE_SCOPES)}; got {pairwise_scope!r}")
         super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
-                         max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard)
+                         max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
+                         pairwise_scope=pairwise_scope)
 
     # -- corpus time ------------------------------------------------------------------------------
     def fit(self, snapshot: Any, resources: "Resources") -> "Fusion":
-        """Fit the RSG component on the snapshot being defended (no labels are read)."""
+        """Fit the RSG component and the answer evidence's corpus reference on the snapshot being
+        defended (no labels are read)."""
+        if "answer" in self.evidence:
+            self.answer_index_ = AnswerIndex.build(list(snapshot.ids),
+                                                   [getattr(d, "text", d) for d in snapshot.documents])
         if "rsg" in self.evidence:
             from sieve.defenses.rsg import RSG
 
@@ -224,8 +243,12 @@ class Fusion(Defense):
             for r in rows:
                 if pos[r.doc_id] in out:
                     out[pos[r.doc_id]]["rsq"] = float(r.S)
+        window = survivors[:max(int(self.cohesion_scope), k)]
+        if self.pairwise_scope == "seen":   # removed documents stay neighbours: removal does not launder a twin
+            alive = set(survivors)
+            window = sorted(set(window) | {i for i in range(len(docs)) if i not in alive})
         if "cohesion" in ev:
-            scope = survivors[:max(int(self.cohesion_scope), k)]
+            scope = window
             if len(scope) >= 3:
                 X = resources.judge_embeddings([docs[i].text for i in scope])
                 X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
@@ -238,7 +261,7 @@ class Fusion(Defense):
         if "rouge" in ev:
             from sieve.defenses.trustrag import pairwise_rouge
 
-            scope = survivors[:max(int(self.cohesion_scope), k)]
+            scope = window
             if len(scope) >= 2:
                 R = pairwise_rouge([docs[i].text for i in scope])
                 where = {i: j for j, i in enumerate(scope)}
@@ -247,7 +270,10 @@ class Fusion(Defense):
         if "answer" in ev:
             texts = [d.text for d in docs]
             ref = [i for i in survivors if i not in set(ctx)]
-            cor = corroboration(ranking.query, texts, ctx, ref, float(self.duplicate_jaccard))
+            alive = set(survivors)
+            cor = answer_corroboration(ranking.query, texts, [d.id for d in docs], ctx, ref,
+                                       getattr(self, "answer_index_", None), float(self.duplicate_jaccard),
+                                       exclude_ids=frozenset(d.id for j, d in enumerate(docs) if j not in alive))
             for i, c in cor.items():
                 out[i]["answer"] = c.score
                 out[i]["answer_text"] = c.answer.text  # type: ignore[assignment]
@@ -255,9 +281,11 @@ class Fusion(Defense):
 
     # -- scoring ----------------------------------------------------------------------------------
     def _pvalues(self, values: dict[str, float], null: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+        """Per-evidence p-values; an evidence of :data:`ABSTAINS_AT_ZERO` at a value ≤ 0 abstains."""
         null = (getattr(self, "null_", None) or {}) if null is None else null
         return {e: empirical_p(null[e], float(v)) for e, v in values.items()
-                if e in null and isinstance(v, (int, float)) and null[e].size}
+                if e in null and isinstance(v, (int, float)) and null[e].size
+                and not (e in ABSTAINS_AT_ZERO and float(v) <= 0.0)}
 
     def _combined(self, ps: dict[str, float], member: bool = False) -> float:
         """−ln of the combination's p-value against the clean combination nulls."""

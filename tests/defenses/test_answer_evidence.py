@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from _tris_fakes import ranking_of, resources_with
-from sieve.defenses.answer_evidence import AnswerConsistency, corroboration, extract_answer
+from sieve.defenses.answer_consistency import AnswerConsistency
+from sieve.defenses.answer_evidence import corroboration, extract_answer
 from sieve.index import ArtifactCache
 from sieve.registry import DEFENSES
 from sieve.resources import Resources
@@ -45,8 +46,8 @@ def resources_for(extractor: str, request) -> Resources:  # noqa: ANN001
 
 
 def scored(extractor: str, texts, request):  # noqa: ANN001
-    """The statistic of the first five passages against the rest, with ``extractor``."""
-    d = AnswerConsistency(extractor=extractor)
+    """The ranking statistic of the first five passages against the rest, with ``extractor``."""
+    d = AnswerConsistency(extractor=extractor, reference="ranking")
     res = resources_for(extractor, request)
     ins = d.inspect(ranking_of(Q, texts), res, 5)
     assert ins.info["extractor"] == extractor and not ins.warnings
@@ -91,7 +92,7 @@ def test_near_copies_do_not_corroborate():
 
 @pytest.mark.parametrize("extractor", EXTRACTORS)
 def test_defense_removes_the_lone_poison_at_a_calibrated_threshold(extractor, request):
-    d = DEFENSES.create("answer_consistency", extractor=extractor)
+    d = DEFENSES.create("answer_consistency", extractor=extractor, reference="ranking")
     res = resources_for(extractor, request)
     clean = [ranking_of(Q, TRUE[:5] + [TRUE[5]] + FILLER) for _ in range(3)]
     d.calibrate(clean, res, clean_budget=0.0)

@@ -10,8 +10,8 @@ import pytest
 
 from _tris_fakes import ranking_of, resources_with
 from sieve.config import SieveConfig
-from sieve.defenses.answer_evidence import (SPAN_KIND, AnswerConsistency, lm_answer, span_candidates, span_prompt,
-                                            span_scores)
+from sieve.defenses.answer_consistency import AnswerConsistency
+from sieve.defenses.answer_evidence import SPAN_KIND, lm_answer, span_candidates, span_prompt, span_scores
 from sieve.index import ArtifactCache
 from sieve.models.causal_lm import HFCausalLM
 from sieve.models.span_scoring import span_logprobs, span_logprobs_reference
@@ -147,7 +147,7 @@ def test_extractor_parameter_and_which_one_ran():
     r = ranking_of(Q, [DOC] * 3 + ["Orellana sailed."] * 4)
     res = resources_with()
     assert AnswerConsistency().extractor == "lexical"                # the default (docs/algorithms.md §14.1)
-    auto = AnswerConsistency(extractor=None).inspect(r, res, 3)     # None: lm when a causal LM loads
+    auto = AnswerConsistency(extractor=None, reference="ranking").inspect(r, res, 3)     # None: lm when a causal LM loads
     assert auto.info["extractor"] == "lm" and not auto.warnings
     assert auto.decisions[0].reason.startswith("LM-scored span: answer")
     assert auto.decisions[0].evidence["extractor"] == "lm" and auto.decisions[0].evidence["spans"]

@@ -179,3 +179,21 @@ def test_rouge_evidence_scores_a_near_copy_pair_in_the_context():
     assert by_id["d0"].evidence["values"]["rouge"] > 0.9
     assert by_id["d0"].removed
     assert by_id["d2"].evidence["values"]["rouge"] < by_id["d0"].evidence["values"]["rouge"]
+
+
+@pytest.mark.parametrize("scope,twin_seen", [("survivors", False), ("seen", True)])
+def test_pairwise_scope_seen_keeps_a_removed_twin_as_a_neighbour(scope, twin_seen):
+    res = resources_with()
+    gold = "Canberra became the capital of Australia in 1913 after a long rivalry between Sydney and Melbourne."
+    copy = gold.replace("Canberra", "Sydney", 1)
+    # the gold passage (rank 1) and ranks 6-11 were removed in earlier rounds; its near-copy at rank 12 refills
+    ranking = ranking_of(Q, [gold] + CLEAN[30:40] + [copy] + CLEAN[40:53])
+    survivors = [i for i in range(len(ranking.documents)) if i not in {0, 5, 6, 7, 8, 9, 10}]
+    ctx = survivors[:5]
+    assert ctx == [1, 2, 3, 4, 11]
+    d = Fusion(evidence=("rouge", "cohesion"), pairwise_scope=scope)
+    ev = d._contextual(ranking, res, survivors, ctx, 5)
+    assert (ev[11]["rouge"] > 0.9) is twin_seen
+    assert ev[1]["rouge"] < 0.9                       # ordinary passages are unaffected by the scope
+    with pytest.raises(ValueError, match="pairwise_scope must be one of survivors, seen"):
+        Fusion(pairwise_scope="all")
