@@ -36,11 +36,12 @@ class AnswerConsistency(Defense):
     ``"lexical"``; ``"lm"`` falls back to ``"lexical"`` with a warning when it cannot). Lexical is the
     default because the LM-scored spans measured no better on the demo (AUROC 0.49 vs 0.51 on
     single_fluent, lower on the five-poison families; docs/algorithms.md §14.1) at ~7 s per new query
-    on 2 cores against ~7 ms."""
+    on 2 cores against ~7 ms. Where several poisons agree they are the corroborated answer and the
+    true passages are removed instead (29–36 % of clean documents on five-poison demo rankings)."""
 
     name = "answer_consistency"
-    summary = ("Answer-level evidence: removes a top-k passage that answers the question with an answer the "
-               "independent rest of the corpus does not corroborate.")
+    summary = ("Answer-level evidence against lone poisons: removes a top-k passage that answers the question "
+               "against what independent passages of the corpus say (several agreeing poisons ARE that answer).")
     paper = "Sieve extension (docs/algorithms.md §14.1)"
     needs = ()          # the default lexical extractor needs no model; "lm" loads the causal LM itself
     threshold_param = "threshold"
