@@ -10,6 +10,8 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
 * the held-out clean removal of the default detector (and of ``--split-configs``) over ``--splits`` random 50/50 splits of the
   clean queries (calibrate on one half, measure on the other): mean, p10–p90 and max — one split
   says little, because the documents of one query are correlated and the queries are ordered by topic;
+  with qrels, also the relevant passages of the top 5 removed and the questions keeping one (pooled
+  over the splits: the clean budget bounds all clean documents, not the ones that answer);
 * every configuration — the default evidence, all-but-one for each evidence, the default plus the
   answer evidence or RAGDefender, every other combination of the p-values (Fisher, omnibus, min-p),
   cohesion over the whole depth, the pairwise evidence over removed documents too (or not), 3 or 10
@@ -43,15 +45,27 @@ from sieve.evaluation.metrics import percentiles, wilson_interval  # noqa: E402
 from sieve.experiment import prepare_defense  # noqa: E402
 
 
-def held_out_clean(exp, params, calib, test_clean, k_ctx=5):
-    """(calibrated defense, clean documents removed of those scored) on queries never calibrated on."""
+def held_out_clean(exp, params, calib, test_clean, k_ctx=5, gold=None):
+    """(calibrated defense, clean documents removed of those scored) on queries never calibrated on.
+    With ``gold`` (a dict to fill) also the relevant passages (qrels) of the top ``k_ctx`` that were
+    removed, and the questions whose final context still holds one."""
     d = prepare_defense(exp, Fusion(**params), clean_rankings=calib)
     removed = scored = 0
+    qrels = exp.dataset.qrels
     for r in test_clean:
-        for x in d.inspect(r, exp.resources, k_ctx).decisions:
+        res = d.apply(r, exp.resources, k_ctx)
+        for x in res.decisions:
             if x.status == "scored":
                 scored += 1
                 removed += int(x.removed)
+        rel = {i for i, v in qrels.get(r.query_id, {}).items() if v > 0}
+        if gold is not None and rel:
+            top = [x.doc_id for x in res.decisions[:k_ctx]]
+            gone = {x.doc_id for x in res.decisions if x.removed}
+            gold["removed"] = gold.get("removed", 0) + len(rel & set(top) & gone)
+            gold["in_top"] = gold.get("in_top", 0) + len(rel & set(top))
+            gold["kept"] = gold.get("kept", 0) + int(bool(rel & {c.id for c in res.context}))
+            gold["queries"] = gold.get("queries", 0) + 1
     return d, CleanResult(removed, scored)
 
 
@@ -131,7 +145,7 @@ def main() -> None:
     configs = {"default": {"evidence": full}}
     if not a.no_ablation:
         configs.update({f"without {e}": {"evidence": tuple(x for x in full if x != e)} for e in full})
-        for extra in ("answer", "ragdefender", "rouge"):
+        for extra in ("answer", "ragdefender", "rouge", "similarity"):
             if extra not in full:
                 configs[f"with {extra}"] = {"evidence": full + (extra,)}
         default_combine = Fusion().combine
@@ -166,17 +180,22 @@ def main() -> None:
             sys.exit(f"fusion bench: unknown --split-configs {cname!r}; known: {', '.join(configs)}")
         rng = np.random.default_rng(0)           # the same splits for every configuration
         rates = split_rates.setdefault(cname, [])
+        gold: dict[str, int] = {}
         for s in range(a.splits):
             order = rng.permutation(len(clean))
             _, c = held_out_clean(exp, configs[cname], [clean[i] for i in order[:half]],
-                                  [clean[i] for i in order[half:]])
+                                  [clean[i] for i in order[half:]], gold=gold)
             rates.append(c.rate)
             print(f"  {cname}: random split {s + 1}/{a.splits}: held-out clean removal {c.rate:.3f} ({c.k}/{c.n})",
                   flush=True)
         split_lines.append(
             f"{cname}: held-out clean removal over {len(rates)} random {half}/{len(clean) - half} splits of the "
             f"clean queries: mean {np.mean(rates):.3f}, p10–p90 {np.percentile(rates, 10):.3f}–"
-            f"{np.percentile(rates, 90):.3f}, max {np.max(rates):.3f} (budget 0.05)")
+            f"{np.percentile(rates, 90):.3f}, max {np.max(rates):.3f} (budget 0.05)"
+            + (f"; relevant passages (qrels) of the top 5 removed {gold['removed']}/{gold['in_top']} = "
+               f"{gold['removed'] / max(gold['in_top'], 1):.3f}, questions keeping one in the final context "
+               f"{gold['kept']}/{gold['queries']} = {gold['kept'] / max(gold['queries'], 1):.3f}"
+               if gold.get("queries") else ""))
         print(split_lines[-1], flush=True)
     splits = "\n\n".join(split_lines)
     results, cleans, full_defense = {}, {}, None

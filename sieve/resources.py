@@ -137,6 +137,18 @@ class Resources:
         )
         return np.vstack(arrs).astype(np.float32)
 
+    def judge_query_embedding(self, query: str) -> np.ndarray:
+        """The query's judge-space embedding (``kind="query"``, L2-normalised), persisted in the
+        artifact cache like the retriever's query vectors (kind ``query_embedding@v1``, the judge's id)."""
+        from sieve.index.vector import QUERY_KIND
+
+        judge_id = str(self._judge.model_id) if self._judge is not None else self.artifact_model_ids()["judge"]
+        (v,) = self.cache.get_or_compute(
+            QUERY_KIND, judge_id, [query],
+            lambda miss: [np.asarray(self.judge.encode([t], kind="query"), dtype=np.float32)[0] for t in miss])
+        v = np.asarray(v, dtype=np.float32)
+        return v / max(float(np.linalg.norm(v)), 1e-12)
+
     def lm_trace(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> np.ndarray:
         """Per-token NLL trace of the causal LM (RSQ E_p, perplexity filter), cached per document
         under kind ``nll@<max_tokens>``."""

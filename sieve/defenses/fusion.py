@@ -16,6 +16,10 @@ Evidence per document (each oriented "higher = more suspicious"):
 * ``answer`` — the answer-level corroboration score with the corpus reference fitted on the
   snapshot (:mod:`sieve.defenses.answer_corpus`; the ranking reference when not fitted);
 * ``ragdefender`` — RAGDefender's per-passage score when a ``ragdefender`` defense is registered;
+* ``similarity`` — the judge-space cosine of the document to the query (opt-in): poisons are written
+  to be retrieved for the question, and sit closer to it than the clean passages that answer it;
+  computed in the judge's space, not read from the ranking's scores (a posted ranking's scale, or a
+  forced-top placement, says nothing about the text);
 * ``rouge`` — TrustRAG's near-copy signal per document: the largest ROUGE-L F1 of the document to
   another of the first ``cohesion_scope`` survivors (:func:`sieve.defenses.trustrag.pairwise_rouge`;
   docs/algorithms.md §8.2). In the default since the Cauchy combination (below).
@@ -49,7 +53,9 @@ removes at most the budget of the clean documents it scores. No attack document 
 poison-labelled document or a non-clean condition are refused.
 
 Default evidence: TRIS L2, RSQ, RSG, cohesion, perplexity and ROUGE-L near-copy. Opt-in
-(``evidence=``): ``answer`` and ``ragdefender``. The default was chosen by the leave-one-family-out
+(``evidence=``): ``answer``, ``ragdefender`` and ``similarity`` (the last holds single fluent
+poisons better, 0.50 → 0.34 of targets on the demo, but the leave-one-family-out rule does not choose
+it: its gain is on that family alone; docs/algorithms.md §14.2). The default was chosen by the leave-one-family-out
 rule (:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
 ``bench/fusion_bench.py``: for every one of the eleven demo families, the configuration chosen on the
 *other ten* was the Cauchy combination with ``rouge`` (an earlier round, with Fisher and without
@@ -87,7 +93,7 @@ from sieve.types import Decision, Inspection, Ranking
 if TYPE_CHECKING:
     from sieve.resources import Resources
 
-EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender", "rouge")
+EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender", "rouge", "similarity")
 #: The evidence used unless ``evidence=`` says otherwise (module docstring).
 DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")
 #: Which documents the pairwise evidence (cohesion, rouge) compares a context document with: the
@@ -154,7 +160,8 @@ class Fusion(Defense):
 
     name = "fusion"
     summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion, perplexity and ROUGE-L near-copy evidence (answer, "
-               "RAGDefender opt-in): clean-only p-values, Cauchy combination, budget threshold, rescored refill.")
+               "RAGDefender, query similarity opt-in): clean-only p-values, Cauchy combination, budget threshold, "
+               "rescored refill.")
     paper = "Sieve extension (docs/algorithms.md §14.2)"
     needs = ("retriever", "judge", "causal_lm", "token_encoder")
     corpus_time = True
@@ -208,6 +215,12 @@ class Fusion(Defense):
             for i in idx:
                 f = l2_features(qg, docs[i].text)
                 out[i]["l2"] = 10.0 if f.repeat_trigger else max(f.jaccard, f.bigram_overlap, f.trigram_overlap)
+        if "similarity" in ev and idx:
+            qv = resources.judge_query_embedding(ranking.query)
+            X = resources.judge_embeddings([docs[i].text for i in idx])
+            X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+            for i, sim in zip(idx, X @ qv):
+                out[i]["similarity"] = float(sim)
         if "perplexity" in ev:
             for i, tr in zip(idx, resources.lm_traces([docs[i].text for i in idx])):
                 tr = np.asarray(tr, dtype=np.float64)

@@ -197,3 +197,20 @@ def test_pairwise_scope_seen_keeps_a_removed_twin_as_a_neighbour(scope, twin_see
     assert ev[1]["rouge"] < 0.9                       # ordinary passages are unaffected by the scope
     with pytest.raises(ValueError, match="pairwise_scope must be one of survivors, seen"):
         Fusion(pairwise_scope="all")
+
+
+def test_similarity_evidence_is_the_judge_cosine_to_the_query_not_the_ranking_score():
+    res = resources_with()
+    ranking = ranking_of(Q, [POISON[0]] + CLEAN[:20])
+    pinned = Ranking(ranking.query, [RankedDocument(d.id, d.text, d.rank, d.score + 5.0, d.poison, d.title)
+                                     for d in ranking.documents])        # e.g. a forced-top placement's score
+    d = Fusion(evidence=("similarity",))
+    got = d._static(ranking, res, [0, 1, 2])
+    qv = res.judge.encode([Q], kind="query")[0]
+    X = res.judge.encode([POISON[0], CLEAN[0], CLEAN[1]], kind="passage")
+    want = (X / np.linalg.norm(X, axis=1, keepdims=True)) @ (qv / np.linalg.norm(qv))
+    assert [got[i]["similarity"] for i in (0, 1, 2)] == pytest.approx(list(want), abs=1e-5)
+    assert d._static(pinned, res, [0, 1, 2]) == got
+    assert got[0]["similarity"] > max(got[1]["similarity"], got[2]["similarity"])   # the poison restates Q
+    # the query vector is persisted in the artifact cache under the judge's id
+    assert np.allclose(res.judge_query_embedding(Q), qv / np.linalg.norm(qv), atol=1e-6)
