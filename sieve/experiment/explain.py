@@ -100,10 +100,14 @@ FUSION_TERMS: dict[str, str] = {
     "perplexity": "Perplexity (≥ 1) of the passage under the small local language model. Unusually high is "
                   "suspicious (odd text, mixed scripts, optimised triggers).",
     "answer": "Answer score (≥ 0): how much less the passage's answer is corroborated by independent passages "
-              "than the best-corroborated answer. Higher is more suspicious.",
+              "of the corpus than the best-corroborated answer, weighted by how directly the passage answers the "
+              "question. Higher is more suspicious; 0 (the passage gives the corroborated answer) takes no part.",
     "ragdefender": "RAGDefender's per-passage score (its clustering + TF-IDF vote). Higher is more suspicious.",
     "rouge": "Near-copy score (ROUGE-L F1, 0–1) to the most similar of the first ten passages. Near 1 means two "
              "passages are copies of each other except a few words — one of them may be an edited copy.",
+    "similarity": "Query similarity (cosine, −1–1) of the passage to the question in the judge's embedding space. "
+                  "Poisons are written to be retrieved, and sit closer to the question than the clean passages that "
+                  "answer it; higher is more suspicious.",
     "p": "p-value (0–1) of this value against the same evidence on clean passages of clean questions: the share of "
          "clean passages at least this extreme. Lower is more suspicious; the fused score combines them "
          "(Cauchy combination: one very small p-value is enough) and removes at the 5 % clean budget.",
