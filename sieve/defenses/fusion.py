@@ -492,5 +492,19 @@ class Fusion(Defense):
                       + (f"pushed over by {why}; removed" if rem else f"strongest: {why}; kept")
                       if thr is not None else f"fused score {score:.2f} (calibrating)")
             out.append(Decision(d.id, rem, "scored", score, thr, ev, reason, "fusion"))
-        info = {"rounds": rounds, "removed": len(removed)}
-        return Inspection(out, info, latency_ms={"total": (time.perf_counter() - t0) * 1000})
+        info: dict[str, Any] = {"rounds": rounds, "removed": len(removed)}
+        missing = self._unfitted()
+        if missing:   # a degraded run says so (summary.json lists it per row)
+            info["degraded"] = missing
+        return Inspection(out, info, warnings=[f"fusion: {missing}"] if missing else [],
+                          latency_ms={"total": (time.perf_counter() - t0) * 1000})
+
+    def _unfitted(self) -> str | None:
+        """What corpus-time evidence is missing because ``fit`` was not called (None: nothing)."""
+        gaps = []
+        if "rsg" in self.evidence and getattr(self, "rsg_", None) is None:
+            gaps.append("rsg evidence unavailable")
+        if "answer" in self.evidence and getattr(self, "answer_index_", None) is None:
+            gaps.append("answer evidence counted over the ranking only")
+        return (", ".join(gaps) + " (not fitted on a corpus snapshot: call fit(snapshot), as prepare_defense does)"
+                if gaps else None)

@@ -214,3 +214,15 @@ def test_similarity_evidence_is_the_judge_cosine_to_the_query_not_the_ranking_sc
     assert got[0]["similarity"] > max(got[1]["similarity"], got[2]["similarity"])   # the poison restates Q
     # the query vector is persisted in the artifact cache under the judge's id
     assert np.allclose(res.judge_query_embedding(Q), qv / np.linalg.norm(qv), atol=1e-6)
+
+
+def test_unfitted_corpus_evidence_is_reported_as_degraded():
+    res = resources_with()
+    d = Fusion(evidence=("l2", "answer")).calibrate(_clean_rankings(), res)
+    ranking = ranking_of(Q, [POISON[0]] + CLEAN[:20])
+    ins = d.inspect(ranking, res, 5)
+    assert "answer evidence counted over the ranking only" in ins.info["degraded"]
+    assert ins.warnings and ins.warnings[0].startswith("fusion: answer evidence")
+    snap = SimpleNamespace(ids=[x.id for x in ranking.documents], documents=list(ranking.documents))
+    fitted = d.fit(snap, res).inspect(ranking, res, 5)
+    assert "degraded" not in fitted.info and not fitted.warnings
