@@ -31,20 +31,14 @@ mean tan((½ − p_e)π) by default, Fisher's −2 Σ ln p_e, −ln min p_e, or 
 min-p (``combine="omnibus"``) — and the combination is turned into an empirical p-value against the
 clean documents; the score is −ln of it. The Cauchy combination is the default: one very small
 p-value (a near-copy, a repeated question) is enough, as with min-p, yet every evidence still counts,
-as with Fisher, whose sum dilutes one strong evidence among four ordinary ones. On the demo
-(``bench/fusion_bench.py``, 64 calibration / 64 held-out clean questions) its held-out clean removal
-over 10 random splits was 4.5 % on average with the default evidence (Fisher: 5.3 % without
-``rouge``), and the leave-one-family-out rule chose it for every family. Min-p alone, or the
-omnibus, removed 10.8 % and 13.3 % under a topic shift when the answer score was in the evidence.
-The combination nulls are **cross-fitted by query**: the calibration
+as with Fisher, whose sum dilutes one strong evidence among four ordinary ones (measurements:
+docs/algorithms.md §14.2). The combination nulls are **cross-fitted by query**: the calibration
 queries are split into ``calibration_folds`` folds and a document's per-evidence p-values are taken
 against the documents of the *other* folds only, so the calibration documents are scored as
 documents of a new query would be. Documents of one query share the query's topic and neighbours,
 so scoring them against their own query's documents (or even leaving only the document itself out)
-makes them look more ordinary than a new query's documents and the threshold lands too low: on the
-demo (64 calibration / 64 held-out clean questions, 40 random splits) the held-out clean removal was
-6.2 % on average at a 5 % budget with leave-one-out p-values and 5.2–5.6 % with query-level
-cross-fitting. The per-document threshold is the budget rule of :mod:`sieve.defenses.budget`
+makes them look more ordinary than a new query's documents and the threshold lands too low. The
+per-document threshold is the budget rule of :mod:`sieve.defenses.budget`
 (docs/algorithms.md §9.2) on the clean scores. The refill then scores more documents of the queries
 where something was removed, and those queries are the unusual ones, so the budget is finally
 applied to the whole procedure: the threshold is raised (bisection over the clean scores) until the
@@ -58,18 +52,14 @@ poisons better, 0.50 → 0.34 of targets on the demo, but the leave-one-family-o
 it: its gain is on that family alone; docs/algorithms.md §14.2). The default was chosen by the leave-one-family-out
 rule (:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
 ``bench/fusion_bench.py``: for every one of the eleven demo families, the configuration chosen on the
-*other ten* was the Cauchy combination with ``rouge`` (an earlier round, with Fisher and without
-``rouge`` in the menu's default, chose "without answer" for every family). RAGDefender costs ~90 ms
-per query warm, more than the fused detector's 50 ms latency goal, and its wide clean distribution
-made every family worse.
+*other ten* was the Cauchy combination with ``rouge``. RAGDefender costs ~90 ms per query warm, more
+than the fused detector's 50 ms latency goal.
 
 Rescored refill: the first ``k_ctx`` survivors are scored; removed documents are replaced by the
 next survivors, which are scored too (RSQ and answer evidence are recomputed on the ranking without
 the removed documents), until a round removes nothing — the context is clean — or ``max_rounds``
-(10) rounds are spent; the budget bounds the whole procedure (above). Three rounds, the first
-default, left poisons that entered in the fourth (the leave-one-family-out rule chose ten rounds for
-every family, ``bench/fusion_bench.py``). Documents that never entered a context
-keep status ``not_examined``; the context itself is built by :mod:`sieve.defenses.base`.
+(10) rounds are spent; the budget bounds the whole procedure (above). Documents that never entered a
+context keep status ``not_examined``; the context itself is built by :mod:`sieve.defenses.base`.
 
 Each decision's evidence lists every value with its p-value, and the reason names the evidence that
 pushed the document over (p ≤ 0.05 against the clean documents).
