@@ -31,6 +31,9 @@ named ``"default"`` resolves to, and the defaults of the ``sieve.models.load_*``
 TOKEN_ENCODER_LAYER = 4
 """Default hidden layer of the token encoder (layer 4 of 6 of MiniLM, docs/models.md)."""
 
+ENCODER_BACKENDS = ("torch", "onnx", "onnx-int8", "torch-bf16")
+"""The values of ``models.backend`` (:mod:`sieve.models.onnx_backend` implements them)."""
+
 
 def default_cache_dir() -> Path:
     """User cache dir for joined/dequantised model caches (override: ``SIEVE_CACHE_DIR``)."""
@@ -98,8 +101,8 @@ class SieveConfig:
                 f"models.judge ({self.models.judge!r}) must differ from models.retriever "
                 f"({self.models.retriever!r}): TRIS Layer 1 needs an independent embedding space"
             )
-        if self.models.backend not in ("torch", "onnx", "onnx-int8", "torch-bf16"):
-            raise ConfigError(f"models.backend must be one of torch, onnx, onnx-int8, torch-bf16; got {self.models.backend!r}")
+        if self.models.backend not in ENCODER_BACKENDS:
+            raise ConfigError(f"models.backend must be one of {', '.join(ENCODER_BACKENDS)}; got {self.models.backend!r}")
         if self.models.token_encoder_layer < 1:
             raise ConfigError("models.token_encoder_layer must be >= 1")
         if self.llm.timeout_s <= 0:

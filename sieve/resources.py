@@ -7,9 +7,10 @@ goes through the :class:`~sieve.index.ArtifactCache` keyed by content hash + mod
 (docs/design.md). The cache keys of the LM trace and the token states carry the token limits of
 :mod:`sieve.constants`.
 
-Import direction: this module imports :mod:`sieve.models` and :mod:`sieve.index.cache`; neither
-imports it back (:func:`sieve.index.open_index` / :func:`sieve.index.precompute_artifacts` take a
-``Resources`` structurally, and tiny test resources live in :mod:`sieve.testing_models`).
+Import direction: this module imports :mod:`sieve.models`, :mod:`sieve.index.cache` and (for query
+vectors) :mod:`sieve.index.vector`; none imports it back (:func:`sieve.index.open_index` /
+:func:`sieve.index.precompute_artifacts` take a ``Resources`` structurally, and tiny test resources
+live in :mod:`sieve.testing_models`).
 """
 from __future__ import annotations
 
@@ -131,23 +132,23 @@ class Resources:
         """Judge-space embeddings [n, d] (L2-normalised), cached per document (TRIS L1)."""
         if not texts:
             return np.zeros((0, self.judge.dim), np.float32)
-        judge_id = str(self._judge.model_id) if self._judge is not None else self.artifact_model_ids()["judge"]
         arrs = self.cache.get_or_compute(   # the judge is loaded only for cache misses
-            "embedding", judge_id, texts, lambda miss: list(self.judge.encode(miss, kind="passage"))
+            "embedding", self._judge_id(), texts, lambda miss: list(self.judge.encode(miss, kind="passage"))
         )
         return np.vstack(arrs).astype(np.float32)
 
     def judge_query_embedding(self, query: str) -> np.ndarray:
         """The query's judge-space embedding (``kind="query"``, L2-normalised), persisted in the
-        artifact cache like the retriever's query vectors (kind ``query_embedding@v1``, the judge's id)."""
-        from sieve.index.vector import QUERY_KIND
+        artifact cache like the retriever's query vectors (:func:`sieve.index.vector.query_embedding`,
+        the judge's id; the judge is loaded only on a miss)."""
+        from sieve.index.vector import query_embedding
 
-        judge_id = str(self._judge.model_id) if self._judge is not None else self.artifact_model_ids()["judge"]
-        (v,) = self.cache.get_or_compute(
-            QUERY_KIND, judge_id, [query],
-            lambda miss: [np.asarray(self.judge.encode([t], kind="query"), dtype=np.float32)[0] for t in miss])
-        v = np.asarray(v, dtype=np.float32)
+        v = np.asarray(query_embedding(query, self._judge_id(), lambda: self.judge, self.cache), dtype=np.float32)
         return v / max(float(np.linalg.norm(v)), 1e-12)
+
+    def _judge_id(self) -> str:
+        """The judge's model id without loading it when the configuration already says it."""
+        return str(self._judge.model_id) if self._judge is not None else self.artifact_model_ids()["judge"]
 
     def lm_trace(self, text: str, max_tokens: int = LM_TRACE_TOKENS) -> np.ndarray:
         """Per-token NLL trace of the causal LM (RSQ E_p, perplexity filter), cached per document

@@ -57,10 +57,10 @@ def lcs_matrix(token_lists: Sequence[Sequence[Hashable]]) -> np.ndarray:
     each sequence's length), in one C++ call when RapidFuzz is there."""
     m = len(token_lists)
     if _LCSSEQ is None or m == 0:
+        pairs = [(i, j) for i in range(m) for j in range(i, m)]
         out = np.zeros((m, m), dtype=np.int64)
-        for i in range(m):
-            for j in range(i, m):
-                out[i, j] = out[j, i] = lcs_lengths(token_lists, [(i, j)])[0]
+        for (i, j), n in zip(pairs, lcs_lengths(token_lists, pairs)):
+            out[i, j] = out[j, i] = n
         return out
     from rapidfuzz.process import cdist
 

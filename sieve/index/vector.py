@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,19 @@ QUERY_KIND = "query_embedding@v1"
 """Artifact-cache kind of query vectors: stored as computed (float32), one query per encoder call,
 so a cached query vector equals a freshly computed one bit for bit."""
 
+
+
+def query_embedding(query: str, model_id: str, embedder: Callable[[], "Embedder"],
+                    cache: ArtifactCache | None) -> np.ndarray:
+    """One query's embedding (``kind="query"``, one query per encoder call, float32 as computed),
+    persisted in ``cache`` under :data:`QUERY_KIND` and ``model_id`` when one is given. ``embedder``
+    is called only on a miss, so a lazily loaded model stays unloaded when the vector is cached."""
+    def encode(texts: list[str]) -> list[np.ndarray]:
+        return [np.asarray(embedder().encode([t], kind="query"), dtype=np.float32)[0] for t in texts]
+
+    if cache is None:
+        return encode([query])[0]
+    return cache.get_or_compute(QUERY_KIND, model_id, [query], encode)[0]
 
 @dataclass
 class BuildReport:
@@ -243,14 +256,8 @@ class VectorIndex:
         if self.embedder is None:
             raise ValueError("this index has no embedder; pass a query vector")
         embedder = self.embedder
-
-        def encode(texts: list[str]) -> list[np.ndarray]:    # one query per call, as without the cache
-            return [np.asarray(embedder.encode([t], kind="query"), dtype=np.float32)[0] for t in texts]
-
-        if self.cache is not None:   # persisted like document vectors, exact float32 (QUERY_KIND)
-            q = self.cache.get_or_compute(QUERY_KIND, embedder.model_id, [query], encode)[0]
-        else:
-            q = encode([query])[0]
+        q = query_embedding(query, embedder.model_id, lambda: embedder, self.cache)
+        if self.cache is None:
             q.setflags(write=False)
         with self._query_lock:
             self._query_cache[query] = q

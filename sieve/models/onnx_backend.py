@@ -44,11 +44,12 @@ from typing import Any, Sequence
 import numpy as np
 
 import sieve.models.cache as _cache
+from sieve.config import ENCODER_BACKENDS
 from sieve.models.errors import ModelError
 
 log = logging.getLogger("sieve.models")
 
-BACKENDS = ("torch", "onnx", "onnx-int8", "torch-bf16")
+BACKENDS = ENCODER_BACKENDS
 MIN_COSINE = 0.999
 INT8_MIN_COSINE = 0.99
 #: Minimum recall@10 agreement with the PyTorch encoder on the shipped retrieval probe (int8 gate).
@@ -232,17 +233,17 @@ def export_entry(name: str, hf_model: Any, tokenizer: Any, cache_dir: Path, max_
     return out
 
 
-def refusal_message(tag: str, info: dict[str, Any]) -> str:
-    """One line: why the int8 graph ``tag`` is not used (its cache manifest ``info``)."""
+def refusal_message(tag: str, info: dict[str, Any], model: str = "int8 ONNX model") -> str:
+    """One line: why the reduced-precision ``model`` ``tag`` is not used (its cache manifest ``info``)."""
     if info.get("refused"):
-        return f"int8 ONNX model {tag} refused: {info['refused']}"
+        return f"{model} {tag} refused: {info['refused']}"
     agree, cos = info.get("recall_at_10_agreement"), info.get("min_cosine")
     probe = f"{info.get('probe_queries')} queries × {info.get('probe_passages')} passages"
     if agree is not None and agree < info.get("required_agreement", INT8_MIN_AGREEMENT):
-        return (f"int8 ONNX model {tag} refused: recall@10 agreement with PyTorch {agree:.3f} < "
+        return (f"{model} {tag} refused: recall@10 agreement with PyTorch {agree:.3f} < "
                 f"{info.get('required_agreement', INT8_MIN_AGREEMENT)} on the shipped retrieval probe ({probe}); "
                 f"minimum cosine {cos}")
-    return (f"int8 ONNX model {tag} refused: minimum cosine to PyTorch {cos} < {info.get('required_cosine')} "
+    return (f"{model} {tag} refused: minimum cosine to PyTorch {cos} < {info.get('required_cosine')} "
             f"on the probe texts" + (f" (recall@10 agreement {agree:.3f})" if agree is not None else ""))
 
 
@@ -402,7 +403,7 @@ class Bf16SentenceEmbedder:
         out = _cache.ensure_entry(entry, build, label=f"bf16 gate {tag}", expected_info={"gate": self.GATE})
         self.gate = json.loads((out / _cache.MANIFEST).read_text())
         if not self.gate.get("accepted", False):
-            raise ModelError(refusal_message(tag, self.gate).replace("int8 ONNX model", "bf16 model"))
+            raise ModelError(refusal_message(tag, self.gate, "bf16 model"))
         self.model_id = f"{base}@bf16"
         self.backend = "torch-bf16"
 
