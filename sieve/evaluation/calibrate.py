@@ -27,10 +27,8 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 
-def _defense_names() -> list[str]:   # read lazily: the registry imports every defense module
-    from sieve.registry import DEFENSES
-
-    return list(DEFENSES.names())
+#: The top-level keys of a calibration file.
+CALIBRATION_KEYS = ("defenses", "meta")
 
 
 def load_calibration(path: str | Path | None) -> dict[str, dict[str, Any]]:
@@ -39,9 +37,11 @@ def load_calibration(path: str | Path | None) -> dict[str, dict[str, Any]]:
         return {}
     p = Path(path)
     data = read_yaml_mapping(p, "calibration file")
-    unknown = sorted(str(k) for k in data if k not in ("defenses", "meta"))
+    unknown = sorted(str(k) for k in data if k not in CALIBRATION_KEYS)
     if unknown:   # e.g. a defense's parameters written at the top level would otherwise be ignored
-        hint = f" (did you mean defenses.{unknown[0]}?)" if unknown[0] in _defense_names() else ""
+        from sieve.registry import DEFENSES   # lazily: the registry imports every defense module
+
+        hint = f" (did you mean defenses.{unknown[0]}?)" if unknown[0] in DEFENSES.names() else ""
         raise ConfigError(f"{p}: unknown top-level key {unknown[0]!r}; a calibration file holds 'defenses' "
                           f"(defense name → {{param: value}}) and 'meta'{hint}")
     defs = data.get("defenses", {}) or {}
@@ -65,7 +65,7 @@ def is_calibration_file(path: str | Path) -> bool:
         data = read_yaml_mapping(Path(path), "calibration file")
     except Exception:  # noqa: BLE001 - unreadable or not YAML: not ours
         return False
-    return set(data) <= {"defenses", "meta"} and all(isinstance(v, dict) for v in data.values())
+    return set(data) <= set(CALIBRATION_KEYS) and all(isinstance(v, dict) for v in data.values())
 
 
 def save_calibration(path: str | Path, defense: str, params: dict[str, Any],

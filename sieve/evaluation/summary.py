@@ -68,8 +68,9 @@ def summary_record(rec: dict[str, Any], decisions: list[Any] | None = None) -> d
     get = (lambda d, f: d.get(f)) if decs and isinstance(decs[0], dict) else getattr
     slim: dict[str, Any] = {k: rec[k] for k in _SUMMARY_FIELDS if k in rec}
     slim["ranking"] = [{"id": d["id"], "poison": True} for d in rec.get("ranking") or [] if d.get("poison")]
-    if _degraded_mode(rec):   # the defense ran in a degraded mode (Inspection.info)
-        slim["degraded"] = _degraded_mode(rec)
+    mode = _degraded_mode(rec)
+    if mode:   # the defense ran in a degraded mode (Inspection.info)
+        slim["degraded"] = mode
     out = []
     for d in decs:
         row = {"doc_id": get(d, "doc_id"), "status": get(d, "status"), "score": get(d, "score"),
