@@ -61,7 +61,7 @@ class AnswerConsistency(Defense):
         """Index the snapshot's passages for the corpus reference (``ids``, ``documents`` with ``.text``);
         no labels are read. A no-op for ``reference="ranking"``."""
         if self.reference == CORPUS:
-            self.index_ = AnswerIndex.build(list(snapshot.ids), [getattr(d, "text", d) for d in snapshot.documents])
+            self.index_ = AnswerIndex.of_snapshot(snapshot)
         return self
 
     def answers(self, query: str, texts: Sequence[str], resources: "Resources | None"

@@ -30,11 +30,10 @@ posted to the HTTP service) are candidates but never support.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -42,6 +41,7 @@ from sieve.defenses.answer_evidence import (
     Answer, Corroboration, _content_words, answer_sentence, content_words, corroboration, extract_answer, jaccard,
     states,
 )
+from sieve.defenses.memo import snapshot_digest
 
 #: Name of the corpus reference in decisions and parameters.
 CORPUS = "corpus"
@@ -55,15 +55,17 @@ class AnswerIndex:
     texts: list[str]
     words: list[frozenset[str]]
     postings: dict[str, np.ndarray]
-    fingerprint: str
+
+    @classmethod
+    def of_snapshot(cls, snapshot: Any) -> "AnswerIndex":
+        """The index of what ``fit`` receives: ``ids`` and ``documents`` (with ``.text``)."""
+        return cls.build(list(snapshot.ids), [getattr(d, "text", d) for d in snapshot.documents])
 
     @classmethod
     def build(cls, ids: Sequence[str], texts: Sequence[str]) -> "AnswerIndex":
-        """The index of a snapshot, memoised by its content (ids and texts)."""
-        h = hashlib.blake2b(digest_size=16)
-        for i, t in zip(ids, texts):
-            h.update(str(i).encode("utf-8", "surrogatepass") + b"\0" + str(t).encode("utf-8", "surrogatepass") + b"\0")
-        key = h.hexdigest()
+        """The index of a snapshot, memoised by its content (ids and texts; a ``corpus`` memo of
+        :mod:`sieve.defenses.memo`)."""
+        key = snapshot_digest(ids, texts).hexdigest()
         hit = _INDEX_CACHE.get(key)
         if hit is not None:
             _INDEX_CACHE.move_to_end(key)
@@ -74,7 +76,7 @@ class AnswerIndex:
             for tok in w:
                 lists.setdefault(tok, []).append(j)
         index = cls(list(map(str, ids)), [str(t) for t in texts], words,
-                    {t: np.asarray(v, dtype=np.int32) for t, v in lists.items()}, key)
+                    {t: np.asarray(v, dtype=np.int32) for t, v in lists.items()})
         _INDEX_CACHE[key] = index
         if len(_INDEX_CACHE) > _INDEX_CACHE_SIZE:
             _INDEX_CACHE.popitem(last=False)
@@ -89,10 +91,10 @@ class AnswerIndex:
         need = len(tokens) if at_least is None else int(at_least)
         if not tokens or need > len(tokens):
             return np.empty(0, dtype=np.int32)
-        lists = [self.postings.get(t, np.empty(0, dtype=np.int32)) for t in tokens]
         if need <= 0:
             return np.arange(len(self.ids), dtype=np.int32)
-        ids, counts = np.unique(np.concatenate(lists), return_counts=True)
+        found = np.concatenate([self.postings.get(t, np.empty(0, dtype=np.int32)) for t in tokens])
+        ids, counts = np.unique(found, return_counts=True)
         return ids[counts >= need].astype(np.int32)
 
 

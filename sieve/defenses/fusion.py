@@ -181,8 +181,7 @@ class Fusion(Defense):
         """Fit the RSG component and the answer evidence's corpus reference on the snapshot being
         defended (no labels are read)."""
         if "answer" in self.evidence:
-            self.answer_index_ = AnswerIndex.build(list(snapshot.ids),
-                                                   [getattr(d, "text", d) for d in snapshot.documents])
+            self.answer_index_ = AnswerIndex.of_snapshot(snapshot)
         if "rsg" in self.evidence:
             from sieve.defenses.rsg import RSG
 
@@ -246,9 +245,9 @@ class Fusion(Defense):
             for r in rows:
                 if pos[r.doc_id] in out:
                     out[pos[r.doc_id]]["rsq"] = float(r.S)
+        alive = set(survivors)
         window = survivors[:max(int(self.cohesion_scope), k)]
         if self.pairwise_scope == "seen":   # removed documents stay neighbours: removal does not launder a twin
-            alive = set(survivors)
             window = sorted(set(window) | {i for i in range(len(docs)) if i not in alive})
         if "cohesion" in ev:
             scope = window
@@ -272,8 +271,8 @@ class Fusion(Defense):
                     out[i]["rouge"] = float(R[where[i]].max())
         if "answer" in ev:
             texts = [d.text for d in docs]
-            ref = [i for i in survivors if i not in set(ctx)]
-            alive = set(survivors)
+            in_ctx = set(ctx)
+            ref = [i for i in survivors if i not in in_ctx]
             cor = answer_corroboration(ranking.query, texts, [d.id for d in docs], ctx, ref,
                                        getattr(self, "answer_index_", None), float(self.duplicate_jaccard),
                                        exclude_ids=frozenset(d.id for j, d in enumerate(docs) if j not in alive))

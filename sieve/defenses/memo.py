@@ -6,15 +6,17 @@ scope says what a memo holds, so callers can drop exactly one kind of work:
 * ``query`` — results for one ranking or query (RSQ candidate rows, TRIS K-Means fits and L2
   features, TrustRAG ROUGE-L pairs of the passages ranked together);
 * ``document`` — per-text features (RSQ token sets and script fractions, RSG script profiles);
-* ``corpus`` — RSG audits of a snapshot.
+* ``corpus`` — RSG audits of a snapshot, the answer evidence's inverted index of a snapshot.
 
 A benchmark timing a *new* query with warm per-document caches clears ``query``; the identity test
 clears them all (tests/evaluation/test_memo_identity.py).
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 from types import ModuleType
+from typing import Any, Sequence
 
 #: (defense module, memo attribute, size attribute, scope) of every memo.
 MEMOS: tuple[tuple[str, str, str, str], ...] = (
@@ -25,7 +27,17 @@ MEMOS: tuple[tuple[str, str, str, str], ...] = (
     ("sieve.defenses.rsq", "_PER_TEXT", "_PER_TEXT_SIZE", "document"),
     ("sieve.defenses.rsg", "_PROFILES", "_PROFILES_SIZE", "document"),
     ("sieve.defenses.rsg", "_AUDIT_CACHE", "_AUDIT_CACHE_SIZE", "corpus"),
+    ("sieve.defenses.answer_corpus", "_INDEX_CACHE", "_INDEX_CACHE_SIZE", "corpus"),
 )
+
+
+def snapshot_digest(ids: Sequence[str], texts: Sequence[str]) -> Any:
+    """A blake2b (16 bytes) fed with a snapshot's ids and texts, the key of the ``corpus`` memos;
+    a memo whose result depends on more (RSG: the vectors) feeds that in too."""
+    h = hashlib.blake2b(digest_size=16)
+    for i, t in zip(ids, texts):
+        h.update(str(i).encode("utf-8", "surrogatepass") + b"\0" + str(t).encode("utf-8", "surrogatepass") + b"\0")
+    return h
 
 
 def memos(scope: str | None = None) -> list[tuple[ModuleType, str, str]]:

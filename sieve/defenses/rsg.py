@@ -400,11 +400,9 @@ def _cached_audit(ids: list[str], texts: list[str], vectors: Any, p: RSGParams) 
     """:func:`audit_corpus` memoised by the snapshot's content (ids, texts, vector bytes) and the
     parameters: ``rsg``, ``rsg_rsq`` and fusion fit the same condition's snapshot one after the
     other in ``sieve eval``; the audit is deterministic, so they share one (callers do not modify it)."""
-    import hashlib
+    from sieve.defenses.memo import snapshot_digest
 
-    h = hashlib.blake2b(digest_size=16)
-    for i, t in zip(ids, texts):
-        h.update(i.encode("utf-8", "surrogatepass") + b"\0" + str(t).encode("utf-8", "surrogatepass") + b"\0")
+    h = snapshot_digest(ids, texts)
     x = np.ascontiguousarray(np.asarray(vectors))
     h.update(repr((x.shape, x.dtype.str)).encode())
     h.update(x.tobytes())
