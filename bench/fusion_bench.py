@@ -14,8 +14,9 @@ On demo_data with the packaged models, depth 50, k_ctx 5:
   over the splits: the clean budget bounds all clean documents, not the ones that answer);
 * every configuration — the default evidence, all-but-one for each evidence, the default plus the
   answer evidence or RAGDefender, every other combination of the p-values (Fisher, omnibus, min-p),
-  cohesion over the whole depth, the pairwise evidence over removed documents too (or not), 3 or 10
-  refill rounds, and the previous default (Fisher without ROUGE-L) — is calibrated the same way and run on the first ``--limit`` targets of every family:
+  cohesion over the whole depth, the pairwise evidence over removed documents too (or not), a refill
+  threshold lowered by ln 2, ln 3 or ln 4 once a query had a removal (``refill_factor``; alone and with
+  the other pairwise scope), 3 or 10 refill rounds, and the previous default (Fisher without ROUGE-L) — is calibrated the same way and run on the first ``--limit`` targets of every family:
   poison-in-context with a Wilson 95 % interval (the ablation table); ``--configs`` runs a subset;
 * the LOFO table (:mod:`sieve.evaluation.lofo`) chooses, for each family, the configuration on the
   other families only;
@@ -157,6 +158,11 @@ def main() -> None:
         configs["cohesion over depth 50"] = {"evidence": full, "cohesion_scope": 50}
         other_scope = next(x for x in PAIRWISE_SCOPES if x != Fusion().pairwise_scope)
         configs[f"pairwise evidence over {other_scope}"] = {"evidence": full, "pairwise_scope": other_scope}
+        for factor in (1, 2, 3, 4):       # a suspect query's later rounds need `factor` times less evidence
+            if factor != Fusion().refill_factor:
+                configs[f"refill ×{factor} after a removal"] = {"evidence": full, "refill_factor": factor}
+                configs[f"refill ×{factor} + pairwise over {other_scope}"] = {
+                    "evidence": full, "refill_factor": factor, "pairwise_scope": other_scope}
         if Fusion().max_rounds != 3:
             configs["refill of 3 rounds (previous default)"] = {"evidence": full, "max_rounds": 3}
         else:

@@ -24,7 +24,8 @@ Evidence per document (each oriented "higher = more suspicious"):
   another of the first ``cohesion_scope`` survivors (:func:`sieve.defenses.trustrag.pairwise_rouge`;
   docs/algorithms.md §8.2). In the default since the Cauchy combination (below).
 
-Calibration (:meth:`Fusion.calibrate`) reads clean rankings only: the evidence of every document of
+Calibration (:meth:`Fusion.calibrate`; p-values and their combinations in
+:mod:`sieve.defenses.pvalues`) reads clean rankings only: the evidence of every document of
 the clean generation contexts forms, per evidence, an empirical null distribution; a document's
 p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). The p-values are combined — the Cauchy combination
 mean tan((½ − p_e)π) by default, Fisher's −2 Σ ln p_e, −ln min p_e, or the smaller p of Fisher and
@@ -47,18 +48,21 @@ removes at most the budget of the clean documents it scores. No attack document 
 poison-labelled document or a non-clean condition are refused.
 
 Default evidence: TRIS L2, RSQ, RSG, cohesion, perplexity and ROUGE-L near-copy. Opt-in
-(``evidence=``): ``answer``, ``ragdefender`` and ``similarity`` (the last holds single fluent
-poisons better, 0.50 → 0.34 of targets on the demo, but the leave-one-family-out rule does not choose
-it: its gain is on that family alone; docs/algorithms.md §14.2). The default was chosen by the leave-one-family-out
-rule (:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
+(``evidence=``): ``answer``, ``ragdefender`` and ``similarity`` (the last holds single fluent poisons
+better, but the leave-one-family-out rule does not choose it: its gain is on that family alone;
+docs/algorithms.md §14.2). The defaults were chosen by the leave-one-family-out rule
+(:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
 ``bench/fusion_bench.py``: for every one of the eleven demo families, the configuration chosen on the
-*other ten* was the Cauchy combination with ``rouge``. RAGDefender costs ~90 ms per query warm, more
-than the fused detector's 50 ms latency goal.
+*other ten* was the Cauchy combination with ``rouge``, the pairwise evidence over the documents seen
+(``pairwise_scope="seen"``) and a threshold lowered by ln 3 after a removal (``refill_factor=3``).
+RAGDefender costs ~90 ms per query warm, more than the fused detector's 50 ms latency goal.
 
 Rescored refill: the first ``k_ctx`` survivors are scored; removed documents are replaced by the
 next survivors, which are scored too (RSQ and answer evidence are recomputed on the ranking without
 the removed documents), until a round removes nothing — the context is clean — or ``max_rounds``
-(10) rounds are spent; the budget bounds the whole procedure (above). Documents that never entered a
+(10) rounds are spent; the budget bounds the whole procedure (above). With ``refill_factor`` > 1 a
+query where something was removed is suspect: later rounds need ``refill_factor`` times less evidence
+(five spread poisons refill one after another; docs/algorithms.md §14.2). Documents that never entered a
 context keep status ``not_examined``; the context itself is built by :mod:`sieve.defenses.base`.
 
 Each decision's evidence lists every value with its p-value, and the reason names the evidence that
@@ -69,14 +73,16 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from sieve.constants import CLEAN, CLEAN_BUDGET, K_CTX
 from sieve.defenses.answer_corpus import AnswerIndex, answer_corroboration
-from sieve.defenses.base import Defense
+from sieve.defenses.base import Defense, redecide_by_score
 from sieve.defenses.budget import budget_index, removal_threshold
+from sieve.defenses.pvalues import (COMBINE, cauchy_stat, combination_nulls, empirical_p, fisher_stat, minp_stat,
+                                    query_folds)
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Inspection, Ranking
 
@@ -89,8 +95,6 @@ DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")
 #: Which documents the pairwise evidence (cohesion, rouge) compares a context document with: the
 #: first ``cohesion_scope`` survivors, or those plus the documents removed in earlier refill rounds.
 PAIRWISE_SCOPES = ("survivors", "seen")
-#: How per-evidence p-values are combined into the fused score.
-COMBINE = ("fisher", "omnibus", "minp", "cauchy")
 #: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there.
 #: The answer score is 0 for a passage that gives the best-corroborated answer — true of the
 #: attacker's own consensus when several poisons agree — and most clean passages score 0 too, so
@@ -98,38 +102,6 @@ COMBINE = ("fisher", "omnibus", "minp", "cauchy")
 ABSTAINS_AT_ZERO = frozenset({"answer"})
 #: p-value at or below which an evidence is named in the reason.
 REASON_P = 0.05
-
-
-def empirical_p(null_sorted: np.ndarray, x: float, member: bool = False) -> float:
-    """(1 + #{null ≥ x}) / (1 + n) for an ascending ``null_sorted``. ``member=True``: ``x`` is itself
-    one of the null values and is left out, (1 + #{others ≥ x}) / n — without this the calibration
-    documents get larger p-values than new documents and the threshold is too low."""
-    n = int(null_sorted.size)
-    ge = n - int(np.searchsorted(null_sorted, x, side="left"))
-    if member:
-        return max(ge, 1) / max(n, 1)
-    return (1.0 + ge) / (1.0 + n)
-
-
-def fisher_stat(ps: Sequence[float]) -> float:
-    return float(-2.0 * sum(math.log(max(p, 1e-300)) for p in ps))
-
-
-def minp_stat(ps: Sequence[float]) -> float:
-    return float(-math.log(max(min(ps), 1e-300))) if ps else 0.0
-
-
-def cauchy_stat(ps: Sequence[float]) -> float:
-    """The Cauchy combination (ACAT): mean of tan((½ − p)π). Its tail is driven by the smallest
-    p-values like min-p, but every evidence still counts, like Fisher (docs/algorithms.md §14.2).
-
-    Not capped below 1: an evidence with p = 1 (its value is at or below the bottom of the clean
-    null, e.g. L2 = 0, a passage sharing no prefix word with the question) contributes ≈ −∞ and
-    vetoes removal. Capping at 1 − 1/d (ACAT's convention) was measured and lost more than it gained
-    (docs/algorithms.md §14.2)."""
-    if not ps:
-        return 0.0
-    return float(np.mean([math.tan((0.5 - min(max(p, 1e-12), 1 - 1e-12)) * math.pi) for p in ps]))
 
 
 @DEFENSES.register
@@ -141,9 +113,13 @@ class Fusion(Defense):
     ``combine`` (``cauchy`` | ``fisher`` | ``omnibus`` | ``minp``), ``calibration_folds`` (8: query folds of the
     cross-fitted calibration), ``max_rounds`` (10: rescoring rounds of the refill — in practice until the context is clean),
     ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence), ``pairwise_scope``
-    (``"survivors"``: cohesion and ROUGE-L compare with the first ``cohesion_scope`` survivors;
-    ``"seen"``: with the documents removed in earlier rounds too, so removing one of two near-copies
-    does not make the other look unique when it refills).
+    (``"seen"``, default: cohesion and ROUGE-L compare with the first ``cohesion_scope`` survivors and
+    the documents removed in earlier rounds, so removing one of two near-copies does not make the
+    other look unique when it refills; ``"survivors"``: with the survivors only), ``refill_factor``
+    (3: once the procedure has removed a document from a query, later rounds remove at a p-value
+    ``refill_factor`` times larger, i.e. the threshold is lowered by ln ``refill_factor``; 1 = the
+    same threshold in every round; the procedure threshold is calibrated with it, so the clean
+    budget still holds).
     Learned in :meth:`calibrate`: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
     ``minp_null_``, ``cauchy_null_`` and ``threshold``.
     """
@@ -159,7 +135,8 @@ class Fusion(Defense):
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
-                 cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "survivors") -> None:
+                 cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "seen",
+                 refill_factor: float = 3.0) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:
@@ -172,9 +149,11 @@ class Fusion(Defense):
             raise ValueError("fusion: calibration_folds must be >= 2")
         if pairwise_scope not in PAIRWISE_SCOPES:
             raise ValueError(f"fusion: pairwise_scope must be one of {', '.join(PAIRWISE_SCOPES)}; got {pairwise_scope!r}")
+        if not float(refill_factor) >= 1.0:
+            raise ValueError(f"fusion: refill_factor must be >= 1 (1 = the same threshold in every round); got {refill_factor!r}")
         super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
                          max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
-                         pairwise_scope=pairwise_scope)
+                         pairwise_scope=pairwise_scope, refill_factor=refill_factor)
 
     # -- corpus time ------------------------------------------------------------------------------
     def fit(self, snapshot: Any, resources: "Resources") -> "Fusion":
@@ -314,6 +293,7 @@ class Fusion(Defense):
         seen: dict[int, dict[str, Any]] = {}
         rounds = 0
         static: dict[int, dict[str, float]] = {}
+        relaxed = None if thr is None else thr - math.log(float(self.refill_factor))
         for rnd in range(1, int(self.max_rounds) + 1):
             survivors = [i for i in range(n) if i not in removed]
             ctx = survivors[:k]
@@ -322,14 +302,15 @@ class Fusion(Defense):
             ctxev = self._contextual(ranking, resources, survivors, ctx, k)
             rounds = rnd
             flagged = []
+            t = relaxed if removed else thr   # once something was removed, the query is suspect (refill_factor)
             for i in ctx:
                 values = {**static[i], **ctxev[i]}
                 answer_text = values.pop("answer_text", None)
                 rec: dict[str, Any] = {"values": values, "round": rnd, "answer_text": answer_text}
                 if not collect:
                     score, ps = self._score(values)
-                    rec.update(score=score, p=ps)
-                    if thr is not None and score is not None and score >= thr:
+                    rec.update(score=score, p=ps, threshold=t)
+                    if t is not None and score is not None and score >= t:
                         flagged.append(i)
                 seen[i] = rec
             if not flagged:
@@ -356,7 +337,7 @@ class Fusion(Defense):
             raise ValueError("fusion: no clean documents to calibrate on")
         self.null_ = self._nulls(rows)
         per = self._cross_fitted_pvalues(rows, query_of)
-        self.fisher_null_, self.minp_null_, self.cauchy_null_ = self._combination_nulls(per)
+        self.fisher_null_, self.minp_null_, self.cauchy_null_ = combination_nulls(per)
         scores = [self._combined(p, member=True) for p in per if p]
         self.clean_scores_ = scores
         self.document_threshold_ = removal_threshold(scores, clean_budget)
@@ -372,7 +353,7 @@ class Fusion(Defense):
         first context and every rescored refill round — removes at most ``budget`` of the clean
         documents it scores on the calibration rankings, each query scored by a detector fitted on
         the other query folds (docs/algorithms.md §14.2). Returns (threshold, (removed, scored))."""
-        fold_of = self._fold_of(query_of)
+        fold_of = query_folds(query_of, self.calibration_folds)
         if fold_of is None or int(self.max_rounds) < 2:
             return self.document_threshold_, (sum(s >= self.document_threshold_ for s in scores), len(scores))
         states = []
@@ -380,7 +361,7 @@ class Fusion(Defense):
             other = [j for j, q in enumerate(query_of) if fold_of[q] != k]
             st = copy.copy(self)
             st.null_ = self._nulls([rows[j] for j in other])
-            st.fisher_null_, st.minp_null_, st.cauchy_null_ = self._combination_nulls([per[j] for j in other])
+            st.fisher_null_, st.minp_null_, st.cauchy_null_ = combination_nulls([per[j] for j in other])
             states.append(st)
 
         def removal(t: float) -> tuple[int, int]:
@@ -417,24 +398,10 @@ class Fusion(Defense):
         null = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64)) for e in self.evidence}
         return {e: v for e, v in null.items() if v.size}
 
-    def _fold_of(self, query_of: list[int]) -> dict[int, int] | None:
-        """Query → fold of the cross-fitted calibration (``calibration_folds``, at most one per
-        query); ``None`` with a single query."""
-        queries = sorted(set(query_of))
-        folds = min(int(self.calibration_folds), len(queries))
-        return {q: j % folds for j, q in enumerate(queries)} if folds >= 2 else None
-
-    @staticmethod
-    def _combination_nulls(per: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The sorted clean Fisher, min-p and Cauchy statistics of documents with these per-evidence p-values."""
-        per = [list(p.values()) for p in per if p]
-        return tuple(np.sort(np.asarray([stat(p) for p in per], dtype=np.float64))  # type: ignore[return-value]
-                     for stat in (fisher_stat, minp_stat, cauchy_stat))
-
     def _cross_fitted_pvalues(self, rows: list[dict[str, float]], query_of: list[int]) -> list[dict[str, float]]:
         """Per-evidence p-values of each calibration document against the documents of the other
         query folds (module docstring); with a single query, against the other documents."""
-        fold_of = self._fold_of(query_of)
+        fold_of = query_folds(query_of, self.calibration_folds)
         if fold_of is None:
             return [self._pvalues(row, self._nulls(rows[:j] + rows[j + 1:])) for j, row in enumerate(rows)]
         per: list[dict[str, float]] = [{} for _ in rows]
@@ -464,29 +431,40 @@ class Fusion(Defense):
                 out.append(Decision(d.id, False, "not_examined", threshold=thr, layer="fusion",
                                     reason="never entered the generation context (no refill reached it)"))
                 continue
-            score, ps = rec["score"], rec["p"]
-            ev = {"values": rec["values"], "p_values": ps, "round": rec["round"]}
+            score, ps, t = rec["score"], rec["p"], rec["threshold"]
+            ev = {"values": rec["values"], "p_values": ps, "round": rec["round"],
+                  "relaxed": thr is not None and t is not None and t < thr}
             if rec.get("answer_text"):
                 ev["answer"] = rec["answer_text"]
             if score is None:
-                out.append(Decision(d.id, False, "unavailable", None, thr, ev, "no evidence available", "fusion"))
+                out.append(Decision(d.id, False, "unavailable", None, t, ev, "no evidence available", "fusion"))
                 continue
             rem = i in removed
             drivers = sorted((p, e) for e, p in ps.items() if p <= REASON_P)
             ev["drivers"] = [e for _, e in drivers]
             why = (", ".join(f"{e} {rec['values'][e]:.3g} (p={p:.3f})" for p, e in drivers)
                    or "no single evidence below p=0.05")
-            where = f"round {rec['round']}" + (" (refill)" if rec["round"] > 1 else "")
-            reason = (f"fused score {score:.2f} {'≥' if rem else '<'} {thr:.2f} ({where}); "
+            where = (f"round {rec['round']}" + (" (refill)" if rec["round"] > 1 else "")
+                     + (f", threshold lowered by ln {float(self.refill_factor):g} after a removal"
+                        if ev["relaxed"] else ""))
+            reason = (f"fused score {score:.2f} {'≥' if rem else '<'} {t:.2f} ({where}); "
                       + (f"pushed over by {why}; removed" if rem else f"strongest: {why}; kept")
-                      if thr is not None else f"fused score {score:.2f} (calibrating)")
-            out.append(Decision(d.id, rem, "scored", score, thr, ev, reason, "fusion"))
+                      if t is not None else f"fused score {score:.2f} (calibrating)")
+            out.append(Decision(d.id, rem, "scored", score, t, ev, reason, "fusion"))
         info: dict[str, Any] = {"rounds": rounds, "removed": len(removed)}
         missing = self._unfitted()
         if missing:   # a degraded run says so (summary.json lists it per row)
             info["degraded"] = missing
         return Inspection(out, info, warnings=[f"fusion: {missing}"] if missing else [],
                           latency_ms={"total": (time.perf_counter() - t0) * 1000})
+
+    def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
+        """Re-decide by score (:meth:`Defense.redecide`); a decision taken after a removal in its
+        query (``evidence["relaxed"]``) is held to the new threshold lowered by ln ``refill_factor``.
+        Which documents a refill reaches at another threshold is not re-run."""
+        lower = math.log(float(self.refill_factor))
+        relaxed = {k: v - lower for k, v in thresholds.items() if v is not None}
+        return [redecide_by_score(d, relaxed if d.evidence.get("relaxed") else thresholds) for d in decisions]
 
     def _unfitted(self) -> str | None:
         """What corpus-time evidence is missing because ``fit`` was not called (None: nothing)."""
