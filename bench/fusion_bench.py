@@ -59,12 +59,12 @@ def held_out_clean(exp, params, calib, test_clean, k_ctx=5, gold=None):
             if x.status == "scored":
                 scored += 1
                 removed += int(x.removed)
-        rel = {i for i, v in qrels.get(r.query_id, {}).items() if v > 0}
-        if gold is not None and rel:
-            top = [x.doc_id for x in res.decisions[:k_ctx]]
+        rel = {i for i, v in qrels.get(r.query_id, {}).items() if v > 0} if gold is not None else set()
+        if rel:
+            top = rel & {x.doc_id for x in res.decisions[:k_ctx]}
             gone = {x.doc_id for x in res.decisions if x.removed}
-            gold["removed"] = gold.get("removed", 0) + len(rel & set(top) & gone)
-            gold["in_top"] = gold.get("in_top", 0) + len(rel & set(top))
+            gold["removed"] = gold.get("removed", 0) + len(top & gone)
+            gold["in_top"] = gold.get("in_top", 0) + len(top)
             gold["kept"] = gold.get("kept", 0) + int(bool(rel & {c.id for c in res.context}))
             gold["queries"] = gold.get("queries", 0) + 1
     return d, CleanResult(removed, scored)

@@ -293,7 +293,7 @@ class Fusion(Defense):
         seen: dict[int, dict[str, Any]] = {}
         rounds = 0
         static: dict[int, dict[str, float]] = {}
-        relaxed = None if thr is None else thr - math.log(float(self.refill_factor))
+        relaxed = None if thr is None else self._lowered(thr)
         for rnd in range(1, int(self.max_rounds) + 1):
             survivors = [i for i in range(n) if i not in removed]
             ctx = survivors[:k]
@@ -462,9 +462,12 @@ class Fusion(Defense):
         """Re-decide by score (:meth:`Defense.redecide`); a decision taken after a removal in its
         query (``evidence["relaxed"]``) is held to the new threshold lowered by ln ``refill_factor``.
         Which documents a refill reaches at another threshold is not re-run."""
-        lower = math.log(float(self.refill_factor))
-        relaxed = {k: v - lower for k, v in thresholds.items() if v is not None}
+        relaxed = {k: self._lowered(v) for k, v in thresholds.items() if v is not None}
         return [redecide_by_score(d, relaxed if d.evidence.get("relaxed") else thresholds) for d in decisions]
+
+    def _lowered(self, threshold: float) -> float:
+        """The threshold of a query after a removal: lowered by ln ``refill_factor``."""
+        return float(threshold) - math.log(float(self.refill_factor))
 
     def _unfitted(self) -> str | None:
         """What corpus-time evidence is missing because ``fit`` was not called (None: nothing)."""
