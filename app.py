@@ -8,9 +8,11 @@ Test hooks: ``SIEVE_DASHBOARD_TINY=1`` (tiny in-process models) and ``SIEVE_DASH
 """
 from pathlib import Path
 
-import sieve  # noqa: F401  (offline model hub settings)
 import streamlit as st
 
+from sieve.runtime import configure_process_environment
+
+configure_process_environment()   # the dashboard program's settings, before any model (torch) loads
 HERE = Path(__file__).resolve().parent
 LOGO = HERE / "assets" / "logo.svg"
 

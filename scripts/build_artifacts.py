@@ -1,4 +1,4 @@
-"""Rebuild a dataset's shipped artifacts in ``<dataset>/.artifacts`` (issue 15).
+"""Rebuild a dataset's shipped artifacts in ``<dataset>/.artifacts`` (sieve/index/shipped.py).
 
     .venv/bin/python scripts/build_artifacts.py demo_data
 

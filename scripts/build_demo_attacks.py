@@ -10,10 +10,9 @@ are replaced in place and the other families' lines kept, so one family can be r
 
 pr_w runs HotFlip against the default retriever (all-mpnet-base-v2) with modest settings so the
 whole demo builds in reasonable time on 2 CPU cores: the paper's 30 iterations × 100 candidates
-cost minutes per poison there (see ``bench/attacks_bench.py`` for measured gains and s/target).
-Measured on the shared 2-core box (load ≈ 9): 2 iterations × 8 candidates ≈ 30–55 s/target (~45 min
-for the 64 demo targets); paraphrase with the local Qwen2.5-Coder-0.5B ≈ 18 s/target. pr_b, diverse,
-payload_only, script and forced_top take well under a second. The settings used are recorded in
+cost minutes per poison there (see ``sieve/bench/attacks_bench.py`` for measured gains and s/target).
+pr_w and paraphrase take tens of minutes for the 64 demo targets, the template families well
+under a second (per-target times: docs/results/speed.md §3). The settings used are recorded in
 every pr_w document's metadata.
 
 The single-poison families (single_trigger, single_fluent, near_duplicate; docs/algorithms.md

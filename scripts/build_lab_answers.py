@@ -1,4 +1,4 @@
-"""Build demo_data/answers/lab_answers.json: the Attack lab's shipped answers (issue 11).
+"""Build demo_data/answers/lab_answers.json: the Attack lab's shipped answers (docs/results/dashboard.md).
 
     nice -n 10 .venv/bin/python scripts/build_lab_answers.py [--limit N]
 

@@ -6,5 +6,5 @@
 # (SIEVE_DASHBOARD_ROOTS, separated by ':', to choose other folders).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+SIEVE_EXTRAS="${SIEVE_EXTRAS:-[dashboard]}" bash scripts/install.sh   # the dashboard is an extra
 exec .venv/bin/streamlit run app.py --server.headless true --server.address "${SIEVE_DASHBOARD_ADDRESS:-127.0.0.1}" "$@"

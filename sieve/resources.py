@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+import sieve.models.batching as batching
 from sieve.config import MODEL_ROLES, SieveConfig
 from sieve.constants import LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
-import sieve.models.batching as batching
 
 if TYPE_CHECKING:
     from sieve.index.cache import ArtifactCache

@@ -1,6 +1,6 @@
 """Writing files the user can trust: atomic writes and the overwrite guard every command uses.
 
-Rules (issue 14, docs/design.md "Product decisions": the user's files are never modified):
+Rules (docs/design.md "Product decisions": the user's files are never modified):
 
 * a command never writes over a file of the dataset it reads, nor over the quarantine ledger —
   not even with ``--force`` (:func:`check_output` with ``protected=``);

@@ -163,11 +163,48 @@ class Decision:
 
 
 @dataclass
+class Score:
+    """One defense's score of one document, before any decision (``Defense.score``).
+
+    ``value`` is the detector's score (higher = more suspicious; ``None`` = none); ``evidence`` its
+    named components. ``flag`` is the method's own verdict where no threshold decides (a cluster
+    rule, an LLM verdict; ``None`` = decided by a threshold) and ``threshold`` the fixed value that
+    verdict corresponds to; ``note`` the reason when no threshold decides (unscored, rule verdict).
+    """
+
+    doc_id: str
+    value: float | None = None
+    status: str = "scored"
+    layer: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    flag: bool | None = None
+    threshold: float | None = None
+    note: str = ""
+
+
+@dataclass
+class Scores:
+    """What ``Defense.score`` returns for one ranking: one :class:`Score` per document (same order),
+    plus what scoring learned on the way (info, warnings, layers run, latencies, the defense's own
+    answer). No threshold and no removal."""
+
+    items: list[Score]
+    info: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    layers_run: list[str] = field(default_factory=list)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    answer: str | None = None
+
+    def by_id(self) -> dict[str, Score]:
+        return {s.doc_id: s for s in self.items}
+
+
+@dataclass
 class Inspection:
     """What :meth:`sieve.defenses.base.Defense.inspect` returns for one ranking: one decision per
     document (same order), plus what the defense learned on the way. ``answer`` is set by defenses
     that produce their own answer (RobustRAG, TrustRAG; ``Defense.answers``). ``info["context_k"]``,
-    when present, overrides the context size used by ``Defense.apply`` (``None`` = all survivors)."""
+    when present, records the context size ``Defense.apply`` uses (``Defense.context_size``)."""
 
     decisions: list[Decision]
     info: dict[str, Any] = field(default_factory=dict)
@@ -175,6 +212,8 @@ class Inspection:
     layers_run: list[str] = field(default_factory=list)
     latency_ms: dict[str, float] = field(default_factory=dict)
     answer: str | None = None
+    #: The scores the decisions were taken from (``decide(scores, thresholds) == decisions``).
+    scores: Scores | None = None
 
     @property
     def removed_ids(self) -> list[str]:

@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from sieve.runtime import configure_process_environment
+
+configure_process_environment()   # as Sieve's programs run (offline switches; OMP_WAIT_POLICY before torch)
 
 try:  # property tests: random exploration locally, a fixed reproducible sample in CI (a landing never flakes)
     from hypothesis import settings as _hsettings

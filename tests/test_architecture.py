@@ -19,7 +19,11 @@ FACES = {
     "dashboard": ("sieve.dashboard", "views", "app"),
     "service": ("sieve.service",),
     "adapters": ("sieve.adapters",),
+    "bench": ("sieve.bench",),
 }
+#: Faces that may import other faces: the benchmarks measure them (the dashboard's explorer, the CLI's
+#: experiment set-up). Nothing imports a bench, face or library.
+MEASURES_OTHER_FACES = {"bench"}
 MAX_LINES = 500
 #: A module over MAX_LINES must say why in its first lines, with this marker.
 SIZE_REASON_MARKER = "Size:"
@@ -160,7 +164,7 @@ def test_faces_never_import_each_other_and_the_library_never_imports_a_face():
         mine = _face_of(mod)
         for t in targets:
             theirs = _face_of(t)
-            if theirs is not None and theirs != mine:
+            if theirs is not None and theirs != mine and mine not in MEASURES_OTHER_FACES:
                 bad.append(f"{mod} ({mine or 'library'}) imports {t} ({theirs})")
     assert bad == [], "\n".join(bad)
 
@@ -196,3 +200,73 @@ def test_only_the_experiment_core_ranks_and_prepares():
                                                                                                   "apply_placement"):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id}(...)")
     assert offenders == [], "\n".join(offenders)
+
+
+#: Where defenses may be constructed from the registry directly: the experiment core (build_defense)
+#: and the defense modules themselves (serial stages, fusion's evidence). Benchmarks (sieve/bench/)
+#: are left out of the check for now.
+MAY_BUILD_DEFENSES = ("sieve.experiment", "sieve.defenses")
+NOT_CHECKED_YET = ("sieve.bench", "bench")
+
+
+def defense_construction_offenders(sources: dict[str, Path]) -> list[str]:
+    """Calls of ``DEFENSES.create(...)`` and uses of ``sieve.defenses.pipeline.build_defense`` (imported,
+    or reached as an attribute of the ``pipeline`` module) in ``sources`` (module name → file)."""
+    out: list[str] = []
+    for mod, path in sources.items():
+        is_pkg = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "create":
+                owner = node.func.value
+                name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+                if name == "DEFENSES":
+                    out.append(f"{where}:{node.lineno} DEFENSES.create(...)")
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (node.level - 1)]
+                    base = ".".join(pkg + ([base] if base else []))
+                names = {a.name for a in node.names}
+                if (base == "sieve.defenses.pipeline" and "build_defense" in names) or (
+                        base == "sieve.defenses" and "pipeline" in names and _uses_pipeline_build(tree)):
+                    out.append(f"{where}:{node.lineno} imports sieve.defenses.pipeline.build_defense")
+            elif isinstance(node, ast.Import) and any(a.name == "sieve.defenses.pipeline" for a in node.names):
+                if _uses_pipeline_build(tree):
+                    out.append(f"{where}:{node.lineno} uses sieve.defenses.pipeline.build_defense")
+    return out
+
+
+def _uses_pipeline_build(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "build_defense" and isinstance(n.value, (ast.Name, ast.Attribute))
+               and (getattr(n.value, "id", None) or getattr(n.value, "attr", None)) == "pipeline" for n in ast.walk(tree))
+
+
+def test_only_the_experiment_core_builds_defenses():
+    """Faces and the evaluation layer get a defense from ``sieve.experiment`` (build_defense /
+    prepare_defense), never from the registry (``DEFENSES.create``) or ``sieve.defenses.pipeline``
+    directly: one path applies calibration mappings, fits and calibrates (docs/architecture.md)."""
+    sources = {m: p for m, p in _sources().items()
+               if not m.startswith(MAY_BUILD_DEFENSES) and not m.startswith(NOT_CHECKED_YET)}
+    offenders = defense_construction_offenders(sources)
+    assert offenders == [], ("build defenses through sieve.experiment (build_defense / prepare_defense):\n"
+                             + "\n".join(offenders))
+
+
+def test_the_defense_construction_check_sees_offenders(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from sieve.registry import DEFENSES\n"
+                   "from sieve.defenses.pipeline import build_defense\n"
+                   "import sieve.defenses.pipeline\n"
+                   "d = DEFENSES.create('rsq')\n"
+                   "e = sieve.defenses.pipeline.build_defense('rsq')\n", encoding="utf-8")
+    good = tmp_path / "good.py"
+    good.write_text("from sieve.experiment import build_defense\nfrom sieve.registry import DEFENSES\n"
+                    "d = build_defense('rsq'); names = DEFENSES.names()\n", encoding="utf-8")
+    found = defense_construction_offenders({"bad": bad, "good": good})
+    assert sorted(f.split(" ", 1)[1] for f in found) == ["DEFENSES.create(...)",
+                                                         "imports sieve.defenses.pipeline.build_defense",
+                                                         "uses sieve.defenses.pipeline.build_defense"]
+    assert all(f.startswith(f"{bad}:") for f in found)

@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from sieve.corpus import (MAX_ERRORS, DatasetError, attack_record_to_row, corpus_hash, load_attacks,
-                          load_corpus_file, load_dataset, write_jsonl)
+from sieve.corpus import (
+    MAX_ERRORS,
+    DatasetError,
+    attack_record_to_row,
+    corpus_hash,
+    load_attacks,
+    load_corpus_file,
+    load_dataset,
+    write_jsonl,
+)
 from sieve.types import Document
 
 CORPUS = [

@@ -11,8 +11,14 @@ import pytest
 from sieve.config import SieveConfig
 from sieve.constants import LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
 from sieve.corpus import Dataset
-from sieve.index import (ArtifactCache, VectorIndex, export_index_artifacts, open_index, precompute_artifacts,
-                         workspace_dir)
+from sieve.index import (
+    ArtifactCache,
+    VectorIndex,
+    export_index_artifacts,
+    open_index,
+    precompute_artifacts,
+    workspace_dir,
+)
 from sieve.models.tiny import HashingEmbedder
 from sieve.resources import Resources
 from sieve.types import Document, content_hash

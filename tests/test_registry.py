@@ -1,9 +1,14 @@
-"""The registered names are a public contract (issues: TRIS/baselines, RAGSieve, attacks)."""
+"""The registered names are a public contract (issues: TRIS/baselines, RAGSieve, attacks).
+
+The name sets below are the contract (README "Defenses:" / "Attacks:"): every one must stay registered,
+from sieve-rag itself. New built-ins may be added without editing this file; plugins are tested in
+tests/test_plugins.py.
+"""
 from __future__ import annotations
 
 import pytest
 
-from sieve.registry import ATTACKS, DEFENSES, RESOURCE_ROLES, Registry
+from sieve.registry import ATTACKS, BUILTIN_DISTRIBUTION, DEFENSES, RESOURCE_ROLES, Registry
 
 DEFENSE_NAMES = {"none", "tris", "tris_l1", "tris_l2", "tris_l3", "tris_full", "trustrag", "robustrag",
                  "perplexity", "rsq", "rsq_rescore", "rsg", "rsg_rsq", "answer_consistency", "fusion", "ragdefender"}
@@ -12,24 +17,53 @@ ATTACK_NAMES = {"pr_b", "pr_w", "paraphrase", "diverse", "payload_only", "script
 
 
 def test_registries_discover_every_module_of_their_package():
+    from pathlib import Path
+
+    import sieve
+
     assert DEFENSES.package == "sieve.defenses" and ATTACKS.package == "sieve.attacks"
-    assert {"sieve.defenses.tris", "sieve.defenses.rsq", "sieve.defenses.serial", "sieve.defenses.none"} <= set(
-        DEFENSES.modules())
+    assert DEFENSES.group == "sieve.defenses" and ATTACKS.group == "sieve.attacks"   # plugin entry points
+    for registry, sub in ((DEFENSES, "defenses"), (ATTACKS, "attacks")):
+        pkg = Path(sieve.__file__).parent / sub
+        files = {f"sieve.{sub}.{p.stem}" for p in pkg.glob("*.py") if not p.stem.startswith("_")}
+        files |= {f"sieve.{sub}.{p.parent.name}" for p in pkg.glob("*/__init__.py") if not p.parent.name.startswith("_")}
+        assert set(registry.modules()) == files
+    assert {"sieve.defenses.tris", "sieve.defenses.rsq", "sieve.defenses.none"} <= set(DEFENSES.modules())
     assert {"sieve.attacks.blackbox", "sieve.attacks.hotflip", "sieve.attacks.placement"} <= set(ATTACKS.modules())
 
 
-def test_exact_defense_names_registered():
-    assert sorted(DEFENSES.names()) == sorted(DEFENSE_NAMES)
-    assert len(DEFENSES.names()) == len(DEFENSE_NAMES)
+@pytest.mark.parametrize(("registry", "contract"), [(DEFENSES, DEFENSE_NAMES), (ATTACKS, ATTACK_NAMES)],
+                         ids=["defenses", "attacks"])
+def test_public_names_are_registered_as_builtins(registry, contract):
+    names = registry.names()
+    missing = contract - set(names)
+    assert not missing, f"public {registry.kind} names missing: {sorted(missing)}"
+    assert len(names) == len(set(names))
+    for name in contract:
+        e = registry.entry(name)
+        assert e.builtin and e.distribution == BUILTIN_DISTRIBUTION, (name, e.provider)
+        assert e.factory.__module__.startswith(registry.package + "."), (name, e.factory.__module__)
 
 
-def test_exact_attack_names_registered():
-    assert sorted(ATTACKS.names()) == sorted(ATTACK_NAMES)
+def test_readme_lists_the_public_names_and_only_registered_ones():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    flat = " ".join(readme.split())
+    defenses = flat.split("Defenses:", 1)[1].split("Attacks:", 1)[0]
+    attacks = flat.split("Attacks:", 1)[1].split(". ", 1)[0]
+    for documented, contract, registry in ((defenses, DEFENSE_NAMES, DEFENSES), (attacks, ATTACK_NAMES, ATTACKS)):
+        names = set(re.findall(r"`([a-z0-9_]+)`", documented))
+        assert contract <= names, sorted(contract - names)
+        assert names <= set(registry.names()), sorted(names - set(registry.names()))
 
 
 @pytest.mark.parametrize("registry", [DEFENSES, ATTACKS], ids=["defenses", "attacks"])
 def test_entries_have_metadata_from_their_class(registry):
     for e in registry.entries():
+        if not e.builtin:    # an installed third-party plugin: its own metadata rules
+            continue
         assert e.summary and "\n" not in e.summary, e.name
         assert "docs/algorithms.md §" in e.paper, e.name
         assert set(e.needs) <= set(RESOURCE_ROLES), (e.name, e.needs)

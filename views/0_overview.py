@@ -5,6 +5,9 @@ import streamlit as st
 from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import md
+from sieve.runtime import configure_process_environment
+
+configure_process_environment()   # also when this page runs on its own (AppTest, benches)
 
 state.init_state()
 state.sidebar_status()

@@ -3,18 +3,21 @@ run the RSG corpus audit and record its flags in the quarantine ledger."""
 import pandas as pd
 import streamlit as st
 
-from sieve.dashboard import figures as F
 from sieve.dashboard import alerts as A
+from sieve.dashboard import figures as F
 from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import md, md_escape
+from sieve.runtime import configure_process_environment
+
+configure_process_environment()   # also when this page runs on its own (AppTest, benches)
 
 state.init_state()
 state.sidebar_status()
 st.title("Corpus & index")
 
 
-def _dataset_errors(e) -> None:  # noqa: ANN001
+def _dataset_errors(e) -> None:
     first = e.errors[0]
     st.error(f"The dataset could not be loaded ({len(e.errors)} problem(s); nothing was loaded). First: "
              + md_escape(f"{first.location()}: {first.message}") + ". Fix the problems listed below and load again.")

@@ -6,14 +6,17 @@ import json
 import pandas as pd
 import streamlit as st
 
-from sieve.dashboard import figures as F
 from sieve.dashboard import alerts as A
 from sieve.dashboard import explorer as E
+from sieve.dashboard import figures as F
+from sieve.dashboard import glossary as Gl
 from sieve.dashboard import session as S
 from sieve.dashboard import state
-from sieve.dashboard import glossary as Gl
 from sieve.dashboard.safe import highlight_segments, highlighted_html, md, snippet
 from sieve.experiment.explain import FUSION_TERMS, TERMS, with_ledger_state
+from sieve.runtime import configure_process_environment
+
+configure_process_environment()   # also when this page runs on its own (AppTest, benches)
 
 state.init_state()
 state.sidebar_status()

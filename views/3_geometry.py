@@ -9,6 +9,9 @@ from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import md, snippet
 from sieve.experiment.explain import TERMS, explain_audit
+from sieve.runtime import configure_process_environment
+
+configure_process_environment()   # also when this page runs on its own (AppTest, benches)
 
 state.init_state()
 state.sidebar_status()

@@ -10,6 +10,9 @@ from sieve.dashboard import runs as R
 from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import md
+from sieve.runtime import configure_process_environment
+
+configure_process_environment()   # also when this page runs on its own (AppTest, benches)
 
 state.init_state()
 state.sidebar_status()
@@ -18,7 +21,7 @@ st.title("Trade-offs")
 METRICS = ["poison_in_context_rate", "asr", "poison_removal_rate", "clean_removal_rate", "clean_acc", "auroc"]
 
 
-def fmt(v) -> str:  # noqa: ANN001
+def fmt(v) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{float(v):.3f}"
 
 
@@ -78,7 +81,7 @@ with state.page_guard("Trade-offs"):
     focus_def = c1.selectbox("Defense", run.defenses, key="t_def")
     focus_att = c2.selectbox("Attack", attacks, key="t_att")
 
-    def cell(df: pd.DataFrame, d: str, a: str, key: str):  # noqa: ANN202
+    def cell(df: pd.DataFrame, d: str, a: str, key: str):
         sub = df[(df["defense"] == d) & (df["attack"] == a)]
         return None if sub.empty or key not in sub.columns else sub.iloc[0][key]
 

@@ -5,13 +5,16 @@ import time
 import pandas as pd
 import streamlit as st
 
-from sieve.dashboard import figures as F
 from sieve.dashboard import explorer as E
+from sieve.dashboard import figures as F
 from sieve.dashboard import lab as L
 from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard.safe import md, snippet
+from sieve.runtime import configure_process_environment
 from sieve.types import Target
+
+configure_process_environment()   # also when this page runs on its own (AppTest, benches)
 
 state.init_state()
 state.sidebar_status()
@@ -197,7 +200,7 @@ with state.page_guard("Attack lab"):
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.caption("The context each defense hands to the generator (poisons marked):")
     ctx_tabs = st.tabs([("undefended" if n == "none" else md(n)) for n in results])
-    for tab, (name, r) in zip(ctx_tabs, results.items()):
+    for tab, r in zip(ctx_tabs, results.values()):
         with tab:
             st.dataframe(pd.DataFrame([{"poison": "yes" if d.poison else "", "rank": d.rank, "id": d.id, "text": d.text}
                                        for d in r.context]), hide_index=True, width="stretch",

@@ -33,8 +33,8 @@ from sieve.attacks.base import (
     SkipTarget,
     load_targets,
     merge_attacks,
-    read_attack_lines,
     poison_id,
+    read_attack_lines,
     validate_volume,
     write_attacks,
 )

@@ -41,6 +41,10 @@ class TemplateAttack(Attack):
                          "paper": "RobustRAG (Xiang et al. 2024); TRIS pilot 'verbatim', docs/algorithms.md §7.3"},
     }
 
+    # parameters, stored as attributes by Params.__init__ (declared for type checkers)
+    trigger: str
+    join: str
+
     def __init__(self, trigger: str = "query", join: str = ".") -> None:
         if trigger not in ("query", "none"):
             raise ValueError(f"trigger must be 'query' or 'none', got {trigger!r}")

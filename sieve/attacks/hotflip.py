@@ -31,8 +31,8 @@ Deviations, each so that the text the retriever finally sees *is* the text that 
   strings. If the optimised string does not beat the un-optimised ``query + "." + payload`` (a
   decode/re-encode drift), the un-optimised text is kept and ``hotflip_improved`` is false.
 
-Cost on 2 CPU cores with all-mpnet-base-v2: ~0.1 s per candidate forward of a ~60-token passage,
-so the paper defaults cost minutes per poison; use ``iterations``/``candidates`` to trade off
+Cost: one retriever forward pass per candidate, so on a CPU the paper defaults cost minutes per
+poison (docs/results/speed.md §3); use ``iterations``/``candidates`` to trade off
 (``sieve attack --iterations --candidates``). The 5 payloads of a target are optimised separately;
 volumes above 5 repeat them (same text, distinct ids).
 """
@@ -140,6 +140,11 @@ class HotFlipAttack(Attack):
     summary = "PoisonedRAG white-box: HotFlip-optimised trigger against the retriever + payload"
     paper = "PoisonedRAG (Zou et al., USENIX Sec 2025) white-box, docs/algorithms.md §7.2"
     needs = ("retriever",)
+
+    # parameters, stored as attributes by Params.__init__ (declared for type checkers)
+    iterations: int
+    candidates: int
+    batch_size: int
 
     def __init__(self, iterations: int = 30, candidates: int = 100, batch_size: int = 32) -> None:
         if int(iterations) < 0:

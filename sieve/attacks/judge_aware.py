@@ -65,6 +65,14 @@ class JudgeAwareAttack(Attack):
     paper = "TRIS adaptive attacker (Level 2) on PoisonedRAG white-box HotFlip, docs/algorithms.md §7.8"
     needs = ("retriever", "judge")
 
+    # parameters, stored as attributes by Params.__init__ (declared for type checkers)
+    iterations: int
+    candidates: int
+    weight: float
+    neighbours: int
+    data: str
+    batch_size: int
+
     def __init__(self, iterations: int = 4, candidates: int = 8, weight: float = 1.0, neighbours: int = 50,
                  data: str = "", batch_size: int = 32) -> None:
         if int(iterations) < 0:
@@ -160,8 +168,8 @@ class JudgeAwareAttack(Attack):
         jv = self._judge_cos(opt + base, c_major)
         n = len(pays)
         out: dict[int, tuple[str, dict[str, Any]]] = {}
-        per = {"query_id": target.query_id, "similarity_before": [], "similarity_after": [],
-               "judge_before": [], "judge_after": []}
+        per: dict[str, Any] = {"query_id": target.query_id, "similarity_before": [], "similarity_after": [],
+                               "judge_before": [], "judge_after": []}
         for k, p in enumerate(payload_indices):
             j_after = float(rv[k] + self.weight * jv[k])
             j_before = float(rv[n + k] + self.weight * jv[n + k])

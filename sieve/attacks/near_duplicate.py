@@ -50,6 +50,9 @@ class NearDuplicateAttack(Attack):
     paper = "Near-duplicate answer substitution (knowledge-conflict edits), docs/algorithms.md §7.7"
     needs = ("retriever",)
 
+    # parameters, stored as attributes by Params.__init__ (declared for type checkers)
+    data: str
+
     def __init__(self, data: str = "") -> None:
         super().__init__(data=str(data) if data else "")
 

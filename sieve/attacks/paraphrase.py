@@ -124,6 +124,10 @@ class ParaphraseAttack(Attack):
     paper = "TRIS adaptive round 1 (gen_adaptive_poisons_delta.py), docs/algorithms.md §7.3"
     needs = ("llm",)
 
+    # parameters, stored as attributes by Params.__init__ (declared for type checkers)
+    retries: int
+    cache_path: str | None
+
     def __init__(self, retries: int = 1, cache_path: str | None = None) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
@@ -140,7 +144,7 @@ class ParaphraseAttack(Attack):
         try:
             self._llm = resources.llm
             self._llm_problem = "" if self._llm is not None else "no LLM configured (llm.enabled is false)"
-        except Exception as e:  # model resolution failure: every target falls back, and says why
+        except Exception as e:  # noqa: BLE001 - model resolution failure: every target falls back, and says why
             self._llm, self._llm_problem = None, f"LLM unavailable: {e}"
         self._stats.update({"paraphrase_fallbacks": 0, "paraphrase_cached": 0, "paraphrase_llm_calls": 0,
                             "paraphrase_model": getattr(self._llm, "model_id", None)})

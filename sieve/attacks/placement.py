@@ -48,7 +48,7 @@ class ForcedTopAttack(Attack):
         return {p: (target.query.strip() + "." + target.payloads[p].strip(),
                     {"trigger": target.query.strip(), "placement": "forced_top"}) for p in payload_indices}
 
-    def generate(self, targets, resources, seed=0, volume=5, progress=True):  # type: ignore[override]
+    def generate(self, targets, resources, seed=0, volume=5, progress=True):
         out = super().generate(targets, resources, seed=seed, volume=volume, progress=progress)
         # forced_rank is the position among the target's own poisons (j), known only after slotting
         for r in out.records:

@@ -66,6 +66,11 @@ class ScriptTriggerAttack(Attack):
     paper = "RAGSieve PR-W (BGE-M3) / CEM-C demo, docs/algorithms.md §7.2, §7.4"
     needs = ()
 
+    # parameters, stored as attributes by Params.__init__ (declared for type checkers)
+    swap_fraction: float
+    foreign_fraction: float
+    tail_tokens: int
+
     def __init__(self, swap_fraction: float = 0.4, foreign_fraction: float = 0.2, tail_tokens: int = 4) -> None:
         if not 0 <= swap_fraction <= 1 or not 0 <= foreign_fraction <= 1:
             raise ValueError("swap_fraction and foreign_fraction must be in [0, 1]")

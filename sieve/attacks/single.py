@@ -37,6 +37,9 @@ class SingleTriggerAttack(Attack):
     paper = "CorruptRAG-AS (Zhang et al. 2025), docs/algorithms.md §7.5"
     needs = ()
 
+    # parameters, stored as attributes by Params.__init__ (declared for type checkers)
+    frame: str
+
     def __init__(self, frame: str = SINGLE_TRIGGER_FRAME) -> None:
         if "{target}" not in frame:
             raise ValueError("frame must contain the placeholder {target}")

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from typing import Any, Callable
 
 import typer
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from sieve.runtime import configure_process_environment
 
 app = typer.Typer(
     name="sieve",
@@ -26,6 +24,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _program_settings() -> None:
+    # Runs before every command: the `sieve` program's process settings (importing sieve.cli sets
+    # nothing). No command module imports torch at import time, so OMP_WAIT_POLICY is in time.
+    configure_process_environment()
 
 
 class UserError(Exception):
@@ -66,7 +71,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             pass
         try:
             return fn(*args, **kwargs)
-        except known as e:  # noqa: PERF203
+        except known as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             if isinstance(e, OSError) and e.filename and e.strerror:
                 msg = f"{e.filename}: {e.strerror}"

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
-from sieve.cli.common import CONFIG_HELP, DATASET_HELP, RETRIEVER_HELP, default_ledger, load_config, open_experiment, plain
+from sieve.cli.common import (
+    CONFIG_HELP,
+    DATASET_HELP,
+    RETRIEVER_HELP,
+    default_ledger,
+    load_config,
+    open_experiment,
+    plain,
+)
 
 if TYPE_CHECKING:
     from sieve.config import SieveConfig
@@ -96,6 +104,7 @@ def audit_command(
         return
     from sieve.corpus import load_dataset
 
+    assert dataset_dir is not None   # exactly one of dataset_dir / --corpus (checked above)
     ds = load_dataset(dataset_dir)
     if with_attack and with_attack not in ds.attack_families():
         families = ds.attack_families()

@@ -1,7 +1,13 @@
-"""``sieve bench NAME``: run a benchmark script from ``bench/`` (speed and memory are measured
-there, never in unit tests). Each prints percentiles and ratios."""
+"""``sieve bench NAME``: run a benchmark of the :mod:`sieve.bench` package (speed and memory are
+measured there, never in unit tests). Each prints percentiles and ratios.
+
+The benches ship in the package, so this works from an installed wheel too. The CLI face does not
+import them (faces never import each other): it finds the package's modules and runs one as
+``__main__``, as ``python -m sieve.bench.NAME_bench`` does.
+"""
 from __future__ import annotations
 
+import importlib.util
 import runpy
 import sys
 from pathlib import Path
@@ -10,23 +16,28 @@ import typer
 
 from sieve.cli._app import UserError, app, user_errors
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+BENCH_PACKAGE = "sieve.bench"
 
 
-def available() -> dict[str, Path]:
-    return {p.stem.removesuffix("_bench"): p for p in sorted(BENCH_DIR.glob("*_bench.py"))}
+def available() -> dict[str, str]:
+    """Benchmark name (``index``) → its module (``sieve.bench.index_bench``)."""
+    spec = importlib.util.find_spec(BENCH_PACKAGE)   # imports `sieve`, not the bench package
+    dirs = list(spec.submodule_search_locations or []) if spec is not None else []
+    names = sorted({p.stem for d in dirs for p in Path(d).glob("*_bench.py")})
+    return {n.removesuffix("_bench"): f"{BENCH_PACKAGE}.{n}" for n in names}
 
 
 @app.command("bench")
 @user_errors
 def bench(
     name: str = typer.Argument(..., help="Benchmark to run, e.g. 'index', 'defenses', 'rsq', 'rsg', 'attacks', 'dashboard', 'serve', 'scale', 'eval'."),
-    args: list[str] = typer.Argument(None, help="Extra arguments passed to the benchmark script."),
+    args: list[str] = typer.Argument(None, help="Extra arguments passed to the benchmark (e.g. --help)."),
 ) -> None:
-    """Run a speed benchmark and print its table (see bench/*.py)."""
+    """Run a speed benchmark and print its table (modules sieve/bench/*_bench.py)."""
     benches = available()
     if name not in benches:
-        known = ", ".join(benches) or "none (bench/ not found: run from a source checkout)"
+        known = ", ".join(benches) or "none (the sieve.bench package is missing)"
         raise UserError(f"unknown benchmark {name!r}; available: {known}")
-    sys.argv = [str(benches[name]), *(args or [])]
-    runpy.run_path(str(benches[name]), run_name="__main__")
+    module = benches[name]
+    sys.argv = [module, *(args or [])]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

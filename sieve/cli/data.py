@@ -18,6 +18,7 @@ from sieve.cli.common import (
     plain,
 )
 
+
 @app.command("index")
 @user_errors
 def index_command(

@@ -21,7 +21,7 @@ def _sigterm_as_interrupt() -> None:
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        def _raise(signum, frame):  # noqa: ANN001, ARG001
+        def _raise(signum, frame):
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, _raise)

@@ -36,7 +36,7 @@ def _ledger(path: Optional[Path], config_file: Optional[Path] = None) -> "Ledger
     return Ledger(p)   # a corrupt ledger is moved aside and reported (LedgerCorruptError → exit 2)
 
 
-def _ledger_errors(fn):  # noqa: ANN001, ANN202
+def _ledger_errors(fn):
     """LedgerError (bad id, forbidden transition, bad filter) → one-line user error."""
     @functools.wraps(fn)
     def wrapper(*a: Any, **kw: Any) -> Any:

@@ -9,11 +9,17 @@ from sieve.registry import ATTACKS, DEFENSES
 
 @app.command("list")
 def list_recipes() -> None:
-    """List every registered defense and attack: name, paper, and what it needs to run."""
+    """List every registered defense and attack: name, paper, what it needs to run, and the package
+    of each plugin (``(from my-plugin 0.1)``; built-ins come from sieve-rag). A plugin that failed to
+    load is skipped with a warning line."""
+    problems = [p for reg in (DEFENSES, ATTACKS) for p in reg.load(log_problems=False)]
     for title, reg in (("defenses", DEFENSES), ("attacks", ATTACKS)):
         typer.secho(title, bold=True)
         entries = reg.entries()
         w = max((len(e.name) for e in entries), default=4)
         for e in entries:
             needs = ", ".join(e.needs) if e.needs else "nothing"
-            typer.echo(f"  {e.name:<{w}}  {e.summary}  [{e.paper}; needs: {needs}]")
+            origin = "" if e.builtin else f"  (from {e.provider})"
+            typer.echo(f"  {e.name:<{w}}  {e.summary}  [{e.paper}; needs: {needs}]{origin}")
+    for p in problems:
+        typer.secho(f"warning: {p.message}", fg=typer.colors.YELLOW, err=True)

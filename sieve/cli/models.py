@@ -10,7 +10,7 @@ import typer
 from sieve.cli._app import app, user_errors
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     if n <= 0:
         return "-"
     for unit in ("B", "KB", "MB", "GB"):

@@ -12,8 +12,14 @@ from sieve.corpus.beir import find_qrels_tsv, read_qrels_tsv
 from sieve.corpus.dataset import Dataset
 from sieve.corpus.errors import DatasetError, Issues, TooManyErrors
 from sieve.corpus.readers import CORPUS_SUFFIXES
-from sieve.corpus.sieve_format import (read_attacks, read_contexts, read_documents, read_qrels_jsonl,
-                                       read_queries, read_targets)
+from sieve.corpus.sieve_format import (
+    read_attacks,
+    read_contexts,
+    read_documents,
+    read_qrels_jsonl,
+    read_queries,
+    read_targets,
+)
 from sieve.types import AttackRecord, Document, Query, Ranking, Target
 
 
@@ -71,8 +77,7 @@ def load_dataset(path: str | os.PathLike[str]) -> Dataset:
     if not p.exists():
         raise DatasetError(p, None, None, "no such file or directory")
     if p.is_file():
-        docs = load_corpus_file(p)
-        return Dataset(path=p, name=p.stem, documents=docs)
+        return Dataset(path=p, name=p.stem, documents=load_corpus_file(p))
 
     corpus_path = _find_corpus(p)
     if corpus_path is None:

@@ -147,7 +147,7 @@ def read_targets(path: Path, label: str, issues: Issues, query_ids: set[str] | N
             r.bad("query_id", f"unknown query id {qid!r} (not in queries.jsonl)")
             continue
         if qid in first_line:
-            r.bad("query_id", f"duplicate target for query {qid!r} (first on line {first_line[qid]})")  # type: ignore[index]
+            r.bad("query_id", f"duplicate target for query {qid!r} (first on line {first_line[qid]})")
             continue
         first_line[qid] = line  # type: ignore[index]
         targets.append(Target(qid, query, correct, target, payloads, voices))  # type: ignore[arg-type]

@@ -2,9 +2,8 @@
 document text only ever reaches a figure as ``html.escape``-d hover text (:func:`safe.hover_text`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
-
 import html
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import plotly.graph_objects as go

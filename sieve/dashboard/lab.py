@@ -56,7 +56,8 @@ def poison_ranks(ranking: Ranking) -> list[int]:
 #: Class-mode preset: the whole demo in under a minute on 2 CPU cores — the dataset's own pr_b poisons
 #: (no generation), five of them, one fast defense (TRIS L2: no model) and three short answers that
 #: the answer cache keeps for the next class.
-CLASS_MODE = {"family": "pr_b", "volume": 5, "defenses": ("tris_l2",), "use_dataset_poisons": True}
+CLASS_MODE: dict[str, Any] = {"family": "pr_b", "volume": 5, "defenses": ("tris_l2",),
+                              "use_dataset_poisons": True}
 
 
 def _replace_ci(text: str, old: str, new: str) -> str:

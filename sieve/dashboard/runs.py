@@ -36,28 +36,14 @@ class RunData:
         return any(r.get("answer") is not None for r in self.records)
 
 
-COMPACT_RECORDS = "records.compact.jsonl.gz"
-
-
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """A run directory written by ``sieve eval`` (:func:`sieve.evaluation.report.load_run`), or a
-    compact shipped run (``records.compact.jsonl.gz`` made by :func:`compact_run`, no records.jsonl)."""
-    d = Path(run_dir)
-    if (d / COMPACT_RECORDS).exists() and not (d / "records.jsonl").exists():
-        import gzip
-        import json
-
-        with gzip.open(d / COMPACT_RECORDS, "rt", encoding="utf-8") as fh:
-            records = [json.loads(line) for line in fh if line.strip()]
-        cfg = json.loads((d / "config.json").read_text(encoding="utf-8")) if (d / "config.json").exists() else {}
-        summary = json.loads((d / "summary.json").read_text(encoding="utf-8")) if (d / "summary.json").exists() else {}
-        return RunData(d, cfg, summary, records)
-    from sieve.evaluation.report import load_run as _load
+    """A run directory written by ``sieve eval``, or a compact shipped run (``records.compact.jsonl.gz``
+    made by :func:`compact_run`, no records.jsonl): :func:`sieve.evaluation.report.load_run`, which
+    reads every file through :mod:`sieve.evaluation.records`."""
+    from sieve.evaluation.report import ReportError, load_run as _load
 
     cfg, summary, records = _load(run_dir)
     if not records:
-        from sieve.evaluation.report import ReportError
-
         raise ReportError(f"{run_dir}: records.jsonl is empty; run `sieve eval` to fill it")
     return RunData(Path(run_dir), cfg, summary, records)
 
@@ -236,11 +222,10 @@ def answers_status(rows: "pd.DataFrame", k_ctx: int, recorded_k_ctx: int, has_an
 def default_roc_run() -> Path | None:
     """The shipped detection run (all targets, no LLM) used for ROC curves, when present."""
     from sieve.dashboard.session import DEMO_DIR
-
-    from sieve.evaluation.records import COMPACT_RECORDS
+    from sieve.evaluation.records import has_records
 
     p = DEMO_DIR / "runs" / "demo-nollm"
-    return p if any((p / name).exists() for name in ("records.jsonl", "records.jsonl.gz", COMPACT_RECORDS)) else None
+    return p if has_records(p) else None
 
 
 #: Record fields the Trade-offs page needs (thresholds, k_ctx, ROC, answers); evidence is dropped
@@ -272,20 +257,13 @@ def compact_record(rec: dict[str, Any]) -> dict[str, Any]:
 def compact_run(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
     """Write a compact copy of a run (config.json, summary.json, ``records.compact.jsonl.gz``) for
     shipping with the demo: the page's numbers are unchanged, the file is a few MB instead of 100+."""
-    import gzip
-    import json
     import shutil
 
-    from sieve.evaluation.records import latest_records, read_records
+    from sieve.evaluation.records import CONFIG, SUMMARY, latest_records, read_records, write_compact_records
 
     s, d = Path(src), Path(dst)
     d.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "summary.json"):
+    for name in (CONFIG, SUMMARY):
         if (s / name).exists():
             shutil.copyfile(s / name, d / name)
-    tmp = d / (COMPACT_RECORDS + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as fh:
-        for rec in latest_records(read_records(s)):
-            fh.write(json.dumps(compact_record(rec), separators=(",", ":")) + "\n")
-    os.replace(tmp, d / COMPACT_RECORDS)
-    return d / COMPACT_RECORDS
+    return write_compact_records(d, (compact_record(rec) for rec in latest_records(read_records(s))))

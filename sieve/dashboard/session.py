@@ -248,15 +248,16 @@ def defense_catalog() -> "pd.DataFrame":
 
 
 def run_calibration(run_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Thresholds learned on the clean condition of a run (``config.json`` → ``calibrated``)."""
-    import json
+    """Thresholds learned on the clean condition of a run (``config.json`` → ``calibrated``, read and
+    verified by :func:`sieve.evaluation.records.read_run_config`); ``{}`` without one, or when it is damaged."""
+    from sieve.evaluation.records import CONFIG, RunError, read_run_config
 
-    p = Path(run_dir or default_run_dir()) / "config.json"
+    p = Path(run_dir or default_run_dir()) / CONFIG
     if not p.exists():
         return {}
     try:
-        return dict(json.loads(p.read_text(encoding="utf-8")).get("calibrated") or {})
-    except (OSError, ValueError):
+        return dict(read_run_config(p).get("calibrated") or {})
+    except (RunError, OSError):
         return {}
 
 

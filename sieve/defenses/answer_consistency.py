@@ -18,7 +18,7 @@ from sieve.defenses.answer_evidence import EXTRACTORS, Answer, Corroboration, lm
 from sieve.defenses.base import Defense
 from sieve.models.errors import ModelError
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
+from sieve.types import Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -81,20 +81,26 @@ class AnswerConsistency(Defense):
             out[i], spans[i] = lm_answer(query, t, sc)
         return "lm", out, spans, None
 
-    def scores(self, ranking: Ranking, k_ctx: int | None = K_CTX, resources: "Resources | None" = None
-               ) -> dict[int, Corroboration]:
-        return self._scores(ranking, k_ctx, resources)[0]
-
-    def _scores(self, ranking: Ranking, k_ctx: int | None, resources: "Resources | None"
-                ) -> tuple[dict[int, Corroboration], str, dict[int, list[tuple[str, float]]], str | None]:
+    def corroboration(self, ranking: Ranking, k_ctx: int | None = K_CTX, resources: "Resources | None" = None,
+                      exclude_ids: frozenset[str] = frozenset()
+                      ) -> tuple[dict[int, Corroboration], str, dict[int, list[tuple[str, float]]], str | None]:
+        """THE answer evidence (docs/algorithms.md §14.1), read by this defense and by fusion: the
+        corroboration of the first ``k_ctx`` documents, against the fitted corpus snapshot (less
+        ``exclude_ids``) or ranks ``k_ctx``+1 … ; also the extractor that ran, its spans and why the
+        LM extractor did not run when it was wanted."""
         n = len(ranking.documents)
         k = n if k_ctx is None else min(int(k_ctx), n)
         texts = [d.text for d in ranking.documents]
         ran, answers, spans, why = self.answers(ranking.query, texts[:k], resources)
         index = getattr(self, "index_", None) if self.reference == CORPUS else None
         cor = answer_corroboration(ranking.query, texts, [d.id for d in ranking.documents], list(range(k)),
-                                   list(range(k, n)), index, float(self.duplicate_jaccard), answers=answers)
+                                   list(range(k, n)), index, float(self.duplicate_jaccard), answers=answers,
+                                   exclude_ids=exclude_ids)
         return cor, ran, spans, why
+
+    def scores(self, ranking: Ranking, k_ctx: int | None = K_CTX, resources: "Resources | None" = None
+               ) -> dict[int, Corroboration]:
+        return self.corroboration(ranking, k_ctx, resources)[0]
 
     def _unfitted(self) -> str | None:
         """Why the corpus reference is not used although it was asked for (None: it is, or was not asked)."""
@@ -102,9 +108,8 @@ class AnswerConsistency(Defense):
             return "not fitted on a corpus snapshot, so support was counted over the ranking only (ranks beyond k_ctx)"
         return None
 
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
-        thr = self.threshold
-        cor, ran, spans, why = self._scores(ranking, k_ctx, resources)
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
+        cor, ran, spans, why = self.corroboration(ranking, k_ctx, resources)
         unfitted = self._unfitted()
         degraded = "; ".join(w for w in (why, unfitted) if w) or None
         how = ("LM-scored span" if ran == "lm" else
@@ -116,27 +121,29 @@ class AnswerConsistency(Defense):
         for i, d in enumerate(ranking.documents):
             c = cor.get(i)
             if c is None:
-                out.append(Decision(d.id, False, "not_examined", threshold=thr, layer="answer",
-                                    reason=f"rank {i + 1} is part of the reference (outside the top {len(cor)})"))
+                out.append(Score(d.id, None, "not_examined", "answer",
+                                 note=f"rank {i + 1} is part of the reference (outside the top {len(cor)})"))
                 continue
-            removed = thr is not None and c.score >= float(thr)
             where = (f"the answer sentence of {c.reference_support} of {c.reference_size} corpus passages "
                      f"(independent of it)" if c.reference == CORPUS else
                      f"{c.reference_support} of {c.reference_size} independent reference passages")
-            reason = (f"{how}: answer {c.answer.text[:60]!r}"
-                      + (f" (answer sentence holds {c.answers_query:.0%} of the question's words)"
-                         if c.reference == CORPUS else "")
-                      + f" is stated by {where}, the best-corroborated answer {c.consensus_answer[:60]!r} by "
-                      f"{c.consensus_support}; score {c.score:.2f}"
-                      + (f" {'≥' if removed else '<'} {float(thr):.2f}; {'removed' if removed else 'kept'}"
-                         if thr is not None else " (calibrating)"))
-            ev = {**c.evidence(), "extractor": ran}
+            statement = (f"{how}: answer {c.answer.text[:60]!r}"
+                         + (f" (answer sentence holds {c.answers_query:.0%} of the question's words)"
+                            if c.reference == CORPUS else "")
+                         + f" is stated by {where}, the best-corroborated answer {c.consensus_answer[:60]!r} by "
+                         f"{c.consensus_support}")
+            ev = {**c.evidence(), "extractor": ran, "statement": statement}
             if degraded:
                 ev["degraded"] = degraded
             if spans.get(i):
                 ev["spans"] = [[sp, round(v, 4)] for sp, v in spans[i][:5]]
-            out.append(Decision(d.id, bool(removed), "scored", c.score, thr, ev, reason, "answer"))
+            out.append(Score(d.id, c.score, "scored", "answer", ev))
         info = {"extractor": ran, "reference": cor[0].reference if cor else self.reference}
         if degraded:
             info["degraded"] = degraded
-        return Inspection(out, info=info, warnings=warnings)
+        return Scores(out, info, warnings)
+
+    def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
+        tail = (f" {'≥' if removed else '<'} {threshold:.2f}; {'removed' if removed else 'kept'}"
+                if threshold is not None else " (no threshold set: calibrate on clean rankings); kept")
+        return f"{s.evidence.get('statement', 'answer')}; score {s.value:.2f}" + tail

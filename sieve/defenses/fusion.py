@@ -1,127 +1,86 @@
-"""Fusion: one clean-calibrated score from the evidence of every method, with a rescored refill
-(docs/algorithms.md §14.2).
+"""Fusion: one clean-calibrated score from the evidence of the other methods, with a rescored refill
+(docs/algorithms.md §14.2; the measurements behind the defaults are in docs/results/detection.md).
 
-Evidence per document (each oriented "higher = more suspicious"):
+Evidence (each "higher = more suspicious", each read from the method that defines it:
+:mod:`sieve.defenses.fusion_evidence`): TRIS L2, RSQ, RSG, cohesion, perplexity and TrustRAG's
+ROUGE-L near-copy signal by default; RAGDefender, the answer corroboration and the query similarity
+opt-in (``evidence=``).
 
-* ``l2`` — TRIS L2's continuous score, max(Jaccard, bigram, trigram recall) of the prefix vs. the
-  query (:func:`sieve.defenses.tris.l2_features`; ∞ when the query prefix repeats);
-* ``rsq`` — RSQ's S = E_a + E_i + E_p + E_s of the document as a candidate of the current context
-  (:func:`sieve.defenses.rsq.score_candidates`; needs ≥ 20 survivors);
-* ``rsg`` — RSG's corpus-time density / tail score of the document (:mod:`sieve.defenses.rsg`,
-  fitted on the snapshot being defended);
-* ``cohesion`` — TrustRAG's cohesion signal per document: the mean judge-space cosine of the document
-  to its two nearest neighbours among the first ``cohesion_scope`` survivors (poisons of one target
-  form a tight cluster, docs/algorithms.md §8.2);
-* ``perplexity`` — exp(mean token NLL) under the packaged causal LM (§8.4);
-* ``answer`` — the answer-level corroboration score with the corpus reference fitted on the
-  snapshot (:mod:`sieve.defenses.answer_corpus`; the ranking reference when not fitted);
-* ``ragdefender`` — RAGDefender's per-passage score when a ``ragdefender`` defense is registered;
-* ``similarity`` — the judge-space cosine of the document to the query (opt-in): poisons are written
-  to be retrieved for the question, and sit closer to it than the clean passages that answer it;
-  computed in the judge's space, not read from the ranking's scores (a posted ranking's scale, or a
-  forced-top placement, says nothing about the text);
-* ``rouge`` — TrustRAG's near-copy signal per document: the largest ROUGE-L F1 of the document to
-  another of the first ``cohesion_scope`` survivors (:func:`sieve.defenses.trustrag.pairwise_rouge`;
-  docs/algorithms.md §8.2). In the default since the Cauchy combination (below).
+Calibration reads clean rankings only: the evidence of every document of the clean contexts forms,
+per evidence, an empirical null; a document's p-values (:mod:`sieve.defenses.pvalues`) are combined
+(Cauchy by default: one very small p-value is enough, yet every evidence counts) and turned into an
+empirical p-value against the clean documents; the score is −ln of it. The combination nulls are
+cross-fitted by query folds, so calibration documents are scored as a new query's would be. The
+budget rule (docs/algorithms.md §9.2) gives a per-document threshold, then the threshold is raised
+by bisection until the whole procedure — first context and every refill round — removes at most
+the budget of the clean documents it scores.
 
-Calibration (:meth:`Fusion.calibrate`; p-values and their combinations in
-:mod:`sieve.defenses.pvalues`) reads clean rankings only: the evidence of every document of
-the clean generation contexts forms, per evidence, an empirical null distribution; a document's
-p-value is p_e = (1 + #{clean ≥ x}) / (1 + n). The p-values are combined — the Cauchy combination
-mean tan((½ − p_e)π) by default, Fisher's −2 Σ ln p_e, −ln min p_e, or the smaller p of Fisher and
-min-p (``combine="omnibus"``) — and the combination is turned into an empirical p-value against the
-clean documents; the score is −ln of it. The Cauchy combination is the default: one very small
-p-value (a near-copy, a repeated question) is enough, as with min-p, yet every evidence still counts,
-as with Fisher, whose sum dilutes one strong evidence among four ordinary ones (measurements:
-docs/algorithms.md §14.2). The combination nulls are **cross-fitted by query**: the calibration
-queries are split into ``calibration_folds`` folds and a document's per-evidence p-values are taken
-against the documents of the *other* folds only, so the calibration documents are scored as
-documents of a new query would be. Documents of one query share the query's topic and neighbours,
-so scoring them against their own query's documents (or even leaving only the document itself out)
-makes them look more ordinary than a new query's documents and the threshold lands too low. The
-per-document threshold is the budget rule of :mod:`sieve.defenses.budget`
-(docs/algorithms.md §9.2) on the clean scores. The refill then scores more documents of the queries
-where something was removed, and those queries are the unusual ones, so the budget is finally
-applied to the whole procedure: the threshold is raised (bisection over the clean scores) until the
-rescored refill, run on every calibration query by a detector fitted on the other query folds,
-removes at most the budget of the clean documents it scores. No attack document is read: rankings with a
-poison-labelled document or a non-clean condition are refused.
-
-Default evidence: TRIS L2, RSQ, RSG, cohesion, perplexity and ROUGE-L near-copy. Opt-in
-(``evidence=``): ``answer``, ``ragdefender`` and ``similarity`` (the last holds single fluent poisons
-better, but the leave-one-family-out rule does not choose it: its gain is on that family alone;
-docs/algorithms.md §14.2). The defaults were chosen by the leave-one-family-out rule
-(:mod:`sieve.evaluation.lofo`, docs/algorithms.md §14.4) over the configurations of
-``bench/fusion_bench.py``: for every one of the eleven demo families, the configuration chosen on the
-*other ten* was the Cauchy combination with ``rouge``, the pairwise evidence over the documents seen
-(``pairwise_scope="seen"``) and a threshold lowered by ln 3 after a removal (``refill_factor=3``).
-RAGDefender costs ~90 ms per query warm, more than the fused detector's 50 ms latency goal.
-
-Rescored refill: the first ``k_ctx`` survivors are scored; removed documents are replaced by the
-next survivors, which are scored too (RSQ and answer evidence are recomputed on the ranking without
-the removed documents), until a round removes nothing — the context is clean — or ``max_rounds``
-(10) rounds are spent; the budget bounds the whole procedure (above). With ``refill_factor`` > 1 a
-query where something was removed is suspect: later rounds need ``refill_factor`` times less evidence
-(five spread poisons refill one after another; docs/algorithms.md §14.2). Documents that never entered a
-context keep status ``not_examined``; the context itself is built by :mod:`sieve.defenses.base`.
-
-Each decision's evidence lists every value with its p-value, and the reason names the evidence that
-pushed the document over (p ≤ 0.05 against the clean documents).
+Rescored refill (``refine``): removed documents are replaced by the next survivors, which are
+scored too (the context evidence is recomputed without the removed documents), until a round
+removes nothing or ``max_rounds`` rounds are spent. With ``refill_factor`` > 1, rounds after the
+first remove at a threshold lowered by ln ``refill_factor`` (a query with a removal is suspect).
+Documents that never entered a context are ``not_examined``. Each decision's evidence lists every
+value with its p-value, and the reason names the evidence below p = 0.05.
 """
 from __future__ import annotations
 
 import copy
 import math
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from sieve.constants import CLEAN, CLEAN_BUDGET, K_CTX
-from sieve.defenses.answer_corpus import AnswerIndex, answer_corroboration
-from sieve.defenses.base import Defense, redecide_by_score
+from sieve.constants import CLEAN_BUDGET, K_CTX
+from sieve.defenses.base import Defense
 from sieve.defenses.budget import budget_index, removal_threshold
 from sieve.defenses.pvalues import (COMBINE, cauchy_stat, combination_nulls, empirical_p, fisher_stat, minp_stat,
                                     query_folds)
+from sieve.defenses.fusion_evidence import EVIDENCE as EVIDENCE_SOURCES
+from sieve.defenses.fusion_evidence import EvidenceSources
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
+from sieve.types import Decision, Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
 
-EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "answer", "ragdefender", "rouge", "similarity")
-#: The evidence used unless ``evidence=`` says otherwise (module docstring).
+EVIDENCE = tuple(EVIDENCE_SOURCES)
+#: The evidence used unless ``evidence=`` says otherwise (docs/algorithms.md §14.2).
 DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")
 #: Which documents the pairwise evidence (cohesion, rouge) compares a context document with: the
 #: first ``cohesion_scope`` survivors, or those plus the documents removed in earlier refill rounds.
 PAIRWISE_SCOPES = ("survivors", "seen")
-#: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there.
-#: The answer score is 0 for a passage that gives the best-corroborated answer — true of the
-#: attacker's own consensus when several poisons agree — and most clean passages score 0 too, so
-#: p = 1 there; under the uncapped Cauchy combination that p would veto removal (docs/algorithms.md §14.2).
+#: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there
+#: (most clean passages score 0 on the answer evidence, and p = 1 would veto removal under Cauchy).
 ABSTAINS_AT_ZERO = frozenset({"answer"})
 #: p-value at or below which an evidence is named in the reason.
 REASON_P = 0.05
+
+
+@dataclass
+class FusionScores(Scores):
+    """Fusion's scores with the state of its refill: rounds scored, the evidence of every document
+    that entered a context (its last round), and the per-document evidence computed so far."""
+
+    rounds: int = 0
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    static: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 @DEFENSES.register
 class Fusion(Defense):
     """Clean-calibrated fusion of per-document evidence with a rescored refill (docs/algorithms.md §14.2).
 
-    Parameters: ``threshold`` (on the fused score; ``None`` = calibrate), ``evidence`` (the names
-    used, a subset of :data:`EVIDENCE`; default :data:`DEFAULT_EVIDENCE`; ablations drop one),
-    ``combine`` (``cauchy`` | ``fisher`` | ``omnibus`` | ``minp``), ``calibration_folds`` (8: query folds of the
-    cross-fitted calibration), ``max_rounds`` (10: rescoring rounds of the refill — in practice until the context is clean),
-    ``cohesion_scope`` (10), ``duplicate_jaccard`` (0.5, answer evidence), ``pairwise_scope``
-    (``"seen"``, default: cohesion and ROUGE-L compare with the first ``cohesion_scope`` survivors and
-    the documents removed in earlier rounds, so removing one of two near-copies does not make the
-    other look unique when it refills; ``"survivors"``: with the survivors only), ``refill_factor``
-    (3: once the procedure has removed a document from a query, later rounds remove at a p-value
-    ``refill_factor`` times larger, i.e. the threshold is lowered by ln ``refill_factor``; 1 = the
-    same threshold in every round; the procedure threshold is calibrated with it, so the clean
-    budget still holds).
-    Learned in :meth:`calibrate`: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
-    ``minp_null_``, ``cauchy_null_`` and ``threshold``.
+    Parameters: ``threshold`` (on the fused score; ``None`` = calibrate), ``evidence`` (a subset of
+    :data:`EVIDENCE`; default :data:`DEFAULT_EVIDENCE`), ``combine`` (``cauchy`` | ``fisher`` |
+    ``omnibus`` | ``minp``), ``calibration_folds`` (8), ``max_rounds`` (10), ``cohesion_scope`` (10),
+    ``duplicate_jaccard`` (0.5, answer evidence), ``pairwise_scope`` (``"seen"``: cohesion and ROUGE-L
+    also compare with the documents removed in earlier rounds, so removing one of two near-copies does
+    not launder the other; ``"survivors"``), ``refill_factor`` (3; 1 = the same threshold in every round).
+    Learned in calibration: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
+    ``minp_null_``, ``cauchy_null_``, ``clean_scores_``, ``document_threshold_``,
+    ``calibration_removal_`` and ``threshold``.
     """
 
     name = "fusion"
@@ -132,6 +91,8 @@ class Fusion(Defense):
     needs = ("retriever", "judge", "causal_lm", "token_encoder")
     corpus_time = True
     threshold_param = "threshold"
+    requires_calibration = True
+    adaptive = True
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
@@ -155,110 +116,141 @@ class Fusion(Defense):
                          max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
                          pairwise_scope=pairwise_scope, refill_factor=refill_factor)
 
-    # -- corpus time ------------------------------------------------------------------------------
-    def fit(self, snapshot: Any, resources: "Resources") -> "Fusion":
-        """Fit the RSG component and the answer evidence's corpus reference on the snapshot being
-        defended (no labels are read)."""
-        if "answer" in self.evidence:
-            self.answer_index_ = AnswerIndex.of_snapshot(snapshot)
-        if "rsg" in self.evidence:
-            from sieve.defenses.rsg import RSG
+    # -- the methods it reads ---------------------------------------------------------------------
+    @property
+    def sources_(self) -> EvidenceSources:
+        """The registered methods the evidence comes from (built on first use, fitted by :meth:`fit`)."""
+        src = self.__dict__.get("_sources")
+        if src is None or src.evidence != self.evidence or src.duplicate_jaccard != float(self.duplicate_jaccard):
+            src = self.__dict__["_sources"] = EvidenceSources(self.evidence, float(self.duplicate_jaccard))
+        return src
 
-            self.rsg_ = RSG().fit(snapshot, resources)
-        if "ragdefender" in self.evidence and "ragdefender" in DEFENSES.names():
-            rd = DEFENSES.create("ragdefender")
-            self.ragdefender_ = rd.fit(snapshot, resources) or rd
+    @property
+    def rsg_(self) -> Any:
+        """The fitted RSG whose score is the ``rsg`` evidence (None until :meth:`fit`)."""
+        src = self.sources_
+        return src.method("rsg") if "rsg" in src.fitted else None
+
+    def fit(self, snapshot: Any, resources: "Resources") -> "Fusion":
+        """Fit the corpus-time methods (RSG, the answer evidence's corpus reference, RAGDefender) on
+        the snapshot being defended (no labels are read)."""
+        self.sources_.fit(snapshot, resources)
         return self
 
     # -- evidence ---------------------------------------------------------------------------------
     def _static(self, ranking: Ranking, resources: "Resources", idx: list[int]) -> dict[int, dict[str, float]]:
         """Evidence that does not depend on the other documents of the context."""
-        docs = ranking.documents
-        out: dict[int, dict[str, float]] = {i: {} for i in idx}
-        ev = self.evidence
-        if "l2" in ev:
-            from sieve.defenses.tris import QueryGrams, l2_features
+        return self.sources_.static(ranking, resources, idx)
 
-            qg = QueryGrams.of(ranking.query)
-            for i in idx:
-                f = l2_features(qg, docs[i].text)
-                out[i]["l2"] = 10.0 if f.repeat_trigger else max(f.jaccard, f.bigram_overlap, f.trigram_overlap)
-        if "similarity" in ev and idx:
-            qv = resources.judge_query_embedding(ranking.query)
-            X = resources.judge_embeddings([docs[i].text for i in idx])
-            X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-            for i, sim in zip(idx, X @ qv):
-                out[i]["similarity"] = float(sim)
-        if "perplexity" in ev:
-            for i, tr in zip(idx, resources.lm_traces([docs[i].text for i in idx])):
-                tr = np.asarray(tr, dtype=np.float64)
-                if tr.size:
-                    out[i]["perplexity"] = float(math.exp(min(float(tr.mean()), 700.0)))
-        rsg = getattr(self, "rsg_", None)
-        if "rsg" in ev and rsg is not None:
-            for i, d in zip(idx, rsg.decisions_for(Ranking(ranking.query, [docs[i] for i in idx]))):
-                if d.score is not None:
-                    out[i]["rsg"] = float(d.score)
-        rd = getattr(self, "ragdefender_", None)
-        if "ragdefender" in ev and rd is not None:
-            try:
-                for d, i in zip(rd.inspect(ranking, resources, K_CTX).decisions, range(len(docs))):
-                    if i in out and d.score is not None:
-                        out[i]["ragdefender"] = float(d.score)
-            except Exception:  # noqa: BLE001 - a peer baseline failing must not break the fused detector
-                pass
-        return out
-
-    def _contextual(self, ranking: Ranking, resources: "Resources", survivors: list[int], ctx: list[int],
-                    k: int) -> dict[int, dict[str, float]]:
-        """Evidence that depends on the current context: RSQ, cohesion, answer corroboration."""
-        docs = ranking.documents
-        out: dict[int, dict[str, float]] = {i: {} for i in ctx}
-        ev = self.evidence
-        if "rsq" in ev and len(survivors) >= 20:
-            from sieve.defenses.rsq import score_candidates
-
-            sub = Ranking(ranking.query, [docs[i] for i in survivors], ranking.query_id, ranking.condition)
-            rows, _ = score_candidates(sub, resources, trace_tokens=False)
-            pos = {docs[i].id: i for i in survivors}
-            for r in rows:
-                if pos[r.doc_id] in out:
-                    out[pos[r.doc_id]]["rsq"] = float(r.S)
+    def _window(self, ranking: Ranking, survivors: list[int], k: int) -> list[int]:
         alive = set(survivors)
         window = survivors[:max(int(self.cohesion_scope), k)]
         if self.pairwise_scope == "seen":   # removed documents stay neighbours: removal does not launder a twin
-            window = sorted(set(window) | {i for i in range(len(docs)) if i not in alive})
-        if "cohesion" in ev:
-            scope = window
-            if len(scope) >= 3:
-                X = resources.judge_embeddings([docs[i].text for i in scope])
-                X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-                S = X @ X.T
-                np.fill_diagonal(S, -np.inf)
-                where = {i: j for j, i in enumerate(scope)}
-                for i in ctx:
-                    top2 = np.sort(S[where[i]])[-2:]
-                    out[i]["cohesion"] = float(np.mean(top2))
-        if "rouge" in ev:
-            from sieve.defenses.trustrag import pairwise_rouge
+            window = sorted(set(window) | {i for i in range(len(ranking.documents)) if i not in alive})
+        return window
 
-            scope = window
-            if len(scope) >= 2:
-                R = pairwise_rouge([docs[i].text for i in scope])
-                where = {i: j for j, i in enumerate(scope)}
-                for i in ctx:
-                    out[i]["rouge"] = float(R[where[i]].max())
-        if "answer" in ev:
-            texts = [d.text for d in docs]
-            in_ctx = set(ctx)
-            ref = [i for i in survivors if i not in in_ctx]
-            cor = answer_corroboration(ranking.query, texts, [d.id for d in docs], ctx, ref,
-                                       getattr(self, "answer_index_", None), float(self.duplicate_jaccard),
-                                       exclude_ids=frozenset(d.id for j, d in enumerate(docs) if j not in alive))
-            for i, c in cor.items():
-                out[i]["answer"] = c.score
-                out[i]["answer_text"] = c.answer.text  # type: ignore[assignment]
+    def _contextual(self, ranking: Ranking, resources: "Resources", survivors: list[int], ctx: list[int],
+                    k: int) -> dict[int, dict[str, Any]]:
+        """Evidence that depends on the current context: RSQ, cohesion, ROUGE-L, answer corroboration."""
+        return self.sources_.contextual(ranking, resources, survivors, ctx, k, self._window(ranking, survivors, k),
+                                        resources.judge_embeddings)
+
+    # -- score, refine, decide --------------------------------------------------------------------
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
+        """Round 1: the evidence of the first ``k_ctx`` documents and their fused scores."""
+        t0 = time.perf_counter()
+        out = self._round(ranking, resources, k_ctx, FusionScores([]), set())
+        out.latency_ms["scoring"] = (time.perf_counter() - t0) * 1000
         return out
+
+    def refine(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, scores: Scores,
+               decisions: list[Decision], thresholds: Mapping[str, float | None]) -> Scores | None:
+        """The next refill round, while the last one removed something (at most ``max_rounds``)."""
+        assert isinstance(scores, FusionScores)
+        rnd = scores.rounds
+        flagged = [d for d in decisions if d.removed and d.evidence.get("round") == rnd]
+        if not flagged or rnd >= int(self.max_rounds):
+            return None
+        t0 = time.perf_counter()
+        out = self._round(ranking, resources, k_ctx, scores, {i for i, d in enumerate(decisions) if d.removed})
+        out.latency_ms["scoring"] = scores.latency_ms.get("scoring", 0.0) + (time.perf_counter() - t0) * 1000
+        return out
+
+    def _round(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, prev: FusionScores,
+               removed: set[int]) -> FusionScores:
+        docs = ranking.documents
+        n = len(docs)
+        k = n if k_ctx is None else min(int(k_ctx), n)
+        rnd = prev.rounds + 1
+        survivors = [i for i in range(n) if i not in removed]
+        ctx = survivors[:k]
+        static = dict(prev.static)
+        static.update(self._static(ranking, resources, [i for i in ctx if i not in static]))
+        ctxev = self._contextual(ranking, resources, survivors, ctx, k)
+        records = dict(prev.records)
+        for i in ctx:
+            values = {**static[i], **ctxev[i]}
+            answer_text = values.pop("answer_text", None)
+            records[i] = {"values": values, "round": rnd, "answer_text": answer_text}
+        calibrated = getattr(self, "null_", None) is not None
+        items = [self._item(d, records.get(i), calibrated) for i, d in enumerate(docs)]
+        info: dict[str, Any] = {"rounds": rnd}
+        missing = self._unfitted()
+        if missing:   # a degraded run says so (summary.json lists it per row)
+            info["degraded"] = missing
+        return FusionScores(items, info, [f"fusion: {missing}"] if missing else [], latency_ms=dict(prev.latency_ms),
+                            rounds=rnd, records=records, static=static)
+
+    def _item(self, d: Any, rec: dict[str, Any] | None, calibrated: bool) -> Score:
+        if rec is None:
+            return Score(d.id, None, "not_examined", "fusion",
+                         note="never entered the generation context (no refill reached it)")
+        values = rec["values"]
+        score, ps = self._score(values) if calibrated else (None, {})
+        ev: dict[str, Any] = {"values": values, "p_values": ps, "round": rec["round"],
+                              "relaxed": rec["round"] > 1 and float(self.refill_factor) > 1.0}
+        if rec.get("answer_text"):
+            ev["answer"] = rec["answer_text"]
+        if score is None:
+            return Score(d.id, None, "unavailable" if calibrated else "scored", "fusion", ev,
+                         note="no evidence available" if calibrated else "calibrating")
+        ev["drivers"] = [e for _, e in sorted((p, e) for e, p in ps.items() if p <= REASON_P)]
+        return Score(d.id, score, "scored", "fusion", ev)
+
+    def decide(self, scores: Scores, thresholds: Mapping[str, float | None]) -> list[Decision]:
+        """Removed iff the fused score ≥ the threshold of its round: ``thresholds["threshold"]`` in
+        round 1, lowered by ln ``refill_factor`` in later rounds (there was a removal before)."""
+        thr = thresholds.get("threshold")
+        out = []
+        for s in scores.items:
+            relaxed = bool(s.evidence.get("relaxed"))
+            t = None if thr is None else (self._lowered(thr) if relaxed else float(thr))
+            out.append(self.decide_one(s, {"threshold": t}))
+        return out
+
+    def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
+        if s.value is None:
+            return s.note
+        ev, values, ps = s.evidence, s.evidence.get("values", {}), s.evidence.get("p_values", {})
+        drivers = [e for e in ev.get("drivers", []) if e in ps]
+        why = (", ".join(f"{e} {values[e]:.3g} (p={ps[e]:.3f})" for e in drivers) or "no single evidence below p=0.05")
+        if threshold is None:
+            return f"fused score {s.value:.2f} (no threshold: calibrate on clean rankings)"
+        rnd = int(ev.get("round", 1))
+        where = (f"round {rnd}" + (" (refill)" if rnd > 1 else "")
+                 + (f", threshold lowered by ln {float(self.refill_factor):g} after a removal" if ev.get("relaxed") else ""))
+        return (f"fused score {s.value:.2f} {'≥' if removed else '<'} {threshold:.2f} ({where}); "
+                + (f"pushed over by {why}; removed" if removed else f"strongest: {why}; kept"))
+
+    def summarize(self, scores: Scores, decisions: list[Decision]) -> dict[str, Any]:
+        return {"removed": sum(1 for d in decisions if d.removed)}
+
+    def is_calibrated(self) -> bool:
+        return getattr(self, "null_", None) is not None and self.threshold is not None
+
+    def _lowered(self, threshold: float) -> float:
+        """The threshold of a query after a removal: lowered by ln ``refill_factor``."""
+        return float(threshold) - math.log(float(self.refill_factor))
 
     # -- scoring ----------------------------------------------------------------------------------
     def _pvalues(self, values: dict[str, float], null: dict[str, np.ndarray] | None = None) -> dict[str, float]:
@@ -284,55 +276,23 @@ class Fusion(Defense):
             return None, ps
         return self._combined(ps), ps
 
-    def _rounds(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, thr: float | None,
-                collect: bool = False) -> tuple[dict[int, dict[str, Any]], set[int], int]:
-        """The rescored refill: evidence (and, with a threshold, removals) round by round."""
-        n = len(ranking.documents)
-        k = n if k_ctx is None else min(int(k_ctx), n)
-        removed: set[int] = set()
-        seen: dict[int, dict[str, Any]] = {}
-        rounds = 0
-        static: dict[int, dict[str, float]] = {}
-        relaxed = None if thr is None else self._lowered(thr)
-        for rnd in range(1, int(self.max_rounds) + 1):
-            survivors = [i for i in range(n) if i not in removed]
-            ctx = survivors[:k]
-            new_idx = [i for i in ctx if i not in static]
-            static.update(self._static(ranking, resources, new_idx))
-            ctxev = self._contextual(ranking, resources, survivors, ctx, k)
-            rounds = rnd
-            flagged = []
-            t = relaxed if removed else thr   # once something was removed, the query is suspect (refill_factor)
-            for i in ctx:
-                values = {**static[i], **ctxev[i]}
-                answer_text = values.pop("answer_text", None)
-                rec: dict[str, Any] = {"values": values, "round": rnd, "answer_text": answer_text}
-                if not collect:
-                    score, ps = self._score(values)
-                    rec.update(score=score, p=ps, threshold=t)
-                    if t is not None and score is not None and score >= t:
-                        flagged.append(i)
-                seen[i] = rec
-            if not flagged:
-                break
-            removed |= set(flagged)
-        return seen, removed, rounds
-
     # -- calibration ------------------------------------------------------------------------------
-    def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
-                  clean_budget: float = CLEAN_BUDGET, k_ctx: int | None = K_CTX) -> "Fusion":
-        """Learn the per-evidence clean nulls, the combination nulls and the budget threshold from
-        clean rankings only (module docstring). Refuses any ranking that is not clean."""
-        for r in clean_rankings:
-            if r.condition != CLEAN or any(d.poison for d in r.documents):
-                raise ValueError(f"fusion: calibration reads clean rankings only; query {r.query_id or r.query!r} "
-                                 f"(condition {r.condition!r}) holds attack documents")
+    def _clean_evidence(self, clean_rankings: list[Ranking], resources: "Resources",
+                        k_ctx: int | None) -> tuple[list[dict[str, float]], list[int]]:
+        """The evidence values of every document of the clean first contexts, and each one's query."""
         rows: list[dict[str, float]] = []
         query_of: list[int] = []
         for q, r in enumerate(clean_rankings):
-            seen, _, _ = self._rounds(r, resources, k_ctx, None, collect=True)
-            rows.extend(rec["values"] for rec in seen.values())
-            query_of.extend(q for _ in seen)
+            for rec in self._round(r, resources, k_ctx, FusionScores([]), set()).records.values():
+                rows.append(rec["values"])
+                query_of.append(q)
+        return rows, query_of
+
+    def learn_thresholds(self, clean_rankings: list[Ranking], resources: "Resources",
+                         clean_budget: float = CLEAN_BUDGET, k_ctx: int | None = K_CTX) -> dict[str, Any]:
+        """The per-evidence clean nulls, the combination nulls and the procedure threshold, from clean
+        rankings only (module docstring)."""
+        rows, query_of = self._clean_evidence(clean_rankings, resources, k_ctx)
         if not rows:
             raise ValueError("fusion: no clean documents to calibrate on")
         self.null_ = self._nulls(rows)
@@ -341,10 +301,9 @@ class Fusion(Defense):
         scores = [self._combined(p, member=True) for p in per if p]
         self.clean_scores_ = scores
         self.document_threshold_ = removal_threshold(scores, clean_budget)
-        self.threshold_, self.calibration_removal_ = self._procedure_threshold(
+        threshold, self.calibration_removal_ = self._procedure_threshold(
             clean_rankings, resources, k_ctx, rows, query_of, per, scores, clean_budget)
-        self.set_params(threshold=self.threshold_)
-        return self
+        return {"threshold": threshold}
 
     def _procedure_threshold(self, rankings: list[Ranking], resources: "Resources", k_ctx: int | None,
                              rows: list[dict[str, float]], query_of: list[int], per: list[dict[str, float]],
@@ -367,9 +326,9 @@ class Fusion(Defense):
         def removal(t: float) -> tuple[int, int]:
             removed = scored = 0
             for q, r in enumerate(rankings):
-                seen, gone, _ = states[fold_of[q]]._rounds(r, resources, k_ctx, t)
-                scored += len(seen)
-                removed += len(gone)
+                ins = states[fold_of[q]].run(r, resources, k_ctx, {"threshold": t})
+                scored += sum(1 for d in ins.decisions if d.status != "not_examined")
+                removed += sum(1 for d in ins.decisions if d.removed)
             return removed, scored
 
         def within(counts: tuple[int, int]) -> bool:
@@ -412,69 +371,13 @@ class Fusion(Defense):
                     per[j] = self._pvalues(row, null)
         return per
 
-    def calibration_scores(self, clean_rankings: list[Ranking], resources: "Resources",
-                           k_ctx: int | None = K_CTX) -> list[float]:
-        return list(getattr(self, "clean_scores_", []))
-
-    # -- protocol ---------------------------------------------------------------------------------
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
-        if getattr(self, "null_", None) is None:
-            raise ValueError("fusion: not calibrated; call calibrate(clean_rankings, resources) "
-                             "(prepare_defense does) or load a calibrated defense")
-        t0 = time.perf_counter()
-        thr = None if self.threshold is None else float(self.threshold)
-        seen, removed, rounds = self._rounds(ranking, resources, k_ctx, thr)
-        out = []
-        for i, d in enumerate(ranking.documents):
-            rec = seen.get(i)
-            if rec is None:
-                out.append(Decision(d.id, False, "not_examined", threshold=thr, layer="fusion",
-                                    reason="never entered the generation context (no refill reached it)"))
-                continue
-            score, ps, t = rec["score"], rec["p"], rec["threshold"]
-            ev = {"values": rec["values"], "p_values": ps, "round": rec["round"],
-                  "relaxed": thr is not None and t is not None and t < thr}
-            if rec.get("answer_text"):
-                ev["answer"] = rec["answer_text"]
-            if score is None:
-                out.append(Decision(d.id, False, "unavailable", None, t, ev, "no evidence available", "fusion"))
-                continue
-            rem = i in removed
-            drivers = sorted((p, e) for e, p in ps.items() if p <= REASON_P)
-            ev["drivers"] = [e for _, e in drivers]
-            why = (", ".join(f"{e} {rec['values'][e]:.3g} (p={p:.3f})" for p, e in drivers)
-                   or "no single evidence below p=0.05")
-            where = (f"round {rec['round']}" + (" (refill)" if rec["round"] > 1 else "")
-                     + (f", threshold lowered by ln {float(self.refill_factor):g} after a removal"
-                        if ev["relaxed"] else ""))
-            reason = (f"fused score {score:.2f} {'≥' if rem else '<'} {t:.2f} ({where}); "
-                      + (f"pushed over by {why}; removed" if rem else f"strongest: {why}; kept")
-                      if t is not None else f"fused score {score:.2f} (calibrating)")
-            out.append(Decision(d.id, rem, "scored", score, t, ev, reason, "fusion"))
-        info: dict[str, Any] = {"rounds": rounds, "removed": len(removed)}
-        missing = self._unfitted()
-        if missing:   # a degraded run says so (summary.json lists it per row)
-            info["degraded"] = missing
-        return Inspection(out, info, warnings=[f"fusion: {missing}"] if missing else [],
-                          latency_ms={"total": (time.perf_counter() - t0) * 1000})
-
-    def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
-        """Re-decide by score (:meth:`Defense.redecide`); a decision taken after a removal in its
-        query (``evidence["relaxed"]``) is held to the new threshold lowered by ln ``refill_factor``.
-        Which documents a refill reaches at another threshold is not re-run."""
-        relaxed = {k: self._lowered(v) for k, v in thresholds.items() if v is not None}
-        return [redecide_by_score(d, relaxed if d.evidence.get("relaxed") else thresholds) for d in decisions]
-
-    def _lowered(self, threshold: float) -> float:
-        """The threshold of a query after a removal: lowered by ln ``refill_factor``."""
-        return float(threshold) - math.log(float(self.refill_factor))
-
     def _unfitted(self) -> str | None:
         """What corpus-time evidence is missing because ``fit`` was not called (None: nothing)."""
         gaps = []
-        if "rsg" in self.evidence and getattr(self, "rsg_", None) is None:
+        fitted = self.sources_.fitted
+        if "rsg" in self.evidence and "rsg" not in fitted:
             gaps.append("rsg evidence unavailable")
-        if "answer" in self.evidence and getattr(self, "answer_index_", None) is None:
+        if "answer" in self.evidence and "answer" not in fitted:
             gaps.append("answer evidence counted over the ranking only")
         return (", ".join(gaps) + " (not fitted on a corpus snapshot: call fit(snapshot), as prepare_defense does)"
                 if gaps else None)

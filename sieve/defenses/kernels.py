@@ -16,10 +16,13 @@ Both give the same numbers as the plain implementations they replace, not approx
   clustering. Same random draws, same Cython kernels, same tie rule: the labels, centres, inertia and
   iteration count are bit-identical (the inertia to a few ulp, see :func:`same_fit`). Before its first use in a process the fast path is checked
   against ``KMeans.fit`` on fixed probes; any difference (e.g. another scikit-learn version whose
-  internals changed) switches it off for the process and ``KMeans.fit`` is used.
+  internals changed), or a private module that no longer imports, switches it off for the process and
+  the public ``KMeans`` (same parameters: lloyd, one OpenMP thread) is used. pyproject.toml bounds
+  scikit-learn to the minor versions this was checked on.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
+_LCSSEQ: Any
 try:   # the C++ bit-parallel LCS; the pure-Python one of sieve.defenses.text is the fallback
     from rapidfuzz.distance import LCSseq as _LCSSEQ
 except ImportError:   # pragma: no cover - rapidfuzz is a core dependency
@@ -93,12 +97,14 @@ def _controller() -> Any:
 
 
 def sklearn_kmeans(X: np.ndarray, n_clusters: int, random_state: Any, n_init: int, max_iter: int) -> KMeansFit:
-    """``KMeans(...).fit(X)`` on one OpenMP thread, warnings about duplicate points silenced (the reference)."""
+    """``KMeans(...).fit(X)`` on one OpenMP thread, warnings about duplicate points silenced (the reference,
+    and the fallback when the private steps are unavailable)."""
     from sklearn.cluster import KMeans
 
     with warnings.catch_warnings(), _controller().limit(limits=1, user_api="openmp"):
         warnings.simplefilter("ignore")
-        km = KMeans(n_clusters=n_clusters, random_state=random_state, n_init=n_init, max_iter=max_iter).fit(X)
+        km = KMeans(n_clusters=n_clusters, random_state=random_state, n_init=n_init, max_iter=max_iter,
+                    algorithm="lloyd").fit(X)
     return KMeansFit(km.labels_, km.cluster_centers_, float(km.inertia_), int(km.n_iter_))
 
 
@@ -155,9 +161,19 @@ def _kmeans_plusplus(X: np.ndarray, n_clusters: int, x_sq: np.ndarray, weights: 
     return centers
 
 
+def _private_kmeans() -> Any:
+    """scikit-learn's private ``sklearn.cluster._kmeans`` module, or ``None`` when it does not import."""
+    try:
+        return importlib.import_module("sklearn.cluster._kmeans")
+    except ImportError:
+        return None
+
+
 def _fast_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int, max_iter: int) -> KMeansFit:
     """``KMeans.fit`` (scikit-learn ≥ 1.4, dense input, lloyd, k-means++, tol 1e-4) step by step."""
-    from sklearn.cluster import _kmeans as K
+    K = _private_kmeans()
+    if K is None:
+        raise ImportError("sklearn.cluster._kmeans is not importable")
 
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
     X = np.array(X, dtype=dtype, order="C", copy=True)              # validate_data(copy=True)
@@ -181,6 +197,7 @@ def _fast_kmeans(X: np.ndarray, n_clusters: int, random_state: int, n_init: int,
                                                  n_threads=1)
         if best is None or (inertia < best[1] and not K._is_same_clustering(labels, best[0], n_clusters)):
             best = (labels, inertia, centers, n_iter)
+    assert best is not None   # n_init >= 1
     labels, inertia, centers, n_iter = best
     centers += x_mean
     return KMeansFit(labels, centers, float(inertia), int(n_iter))
@@ -209,6 +226,8 @@ def _probe_inputs() -> list[tuple[np.ndarray, int]]:
 def fast_path_ok() -> bool:
     """Whether :func:`kmeans_fit` may use the step-by-step fit (checked once per process on probes)."""
     global _FAST_OK
+    if _FAST_OK is None and _private_kmeans() is None:
+        _FAST_OK = False   # the private module moved: the public estimator only
     if _FAST_OK is None:
         try:
             ok = True

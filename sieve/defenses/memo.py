@@ -1,4 +1,4 @@
-"""The in-process memos of deterministic defense work (issue 15; docs/architecture.md), listed once.
+"""The in-process memos of deterministic defense work (docs/architecture.md), listed once.
 
 Each memo is a bounded ``OrderedDict`` in its defense module with a size constant beside it. The
 scope says what a memo holds, so callers can drop exactly one kind of work:
@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 #: (defense module, memo attribute, size attribute, scope) of every memo.
 MEMOS: tuple[tuple[str, str, str, str], ...] = (
-    ("sieve.defenses.tris", "_KMEANS_CACHE", "_KMEANS_CACHE_SIZE", "query"),
-    ("sieve.defenses.tris", "_L2_CACHE", "_L2_CACHE_SIZE", "query"),
+    ("sieve.defenses.tris_layers", "_KMEANS_CACHE", "_KMEANS_CACHE_SIZE", "query"),
+    ("sieve.defenses.tris_layers", "_L2_CACHE", "_L2_CACHE_SIZE", "query"),
     ("sieve.defenses.trustrag", "_ROUGE_CACHE", "_ROUGE_CACHE_SIZE", "query"),
     ("sieve.defenses.rsq", "_CANDIDATES", "_CANDIDATES_SIZE", "query"),
     ("sieve.defenses.rsq", "_PER_TEXT", "_PER_TEXT_SIZE", "document"),

@@ -1,10 +1,15 @@
 """``none`` — vanilla RAG (docs/algorithms.md §8.1): no filtering, the top ``k_ctx`` go to the generator."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sieve.constants import K_CTX
-from sieve.defenses.base import Defense, keep_all
+from sieve.defenses.base import Defense, unscored
 from sieve.registry import DEFENSES
-from sieve.types import Inspection, Ranking
+from sieve.types import Ranking, Scores
+
+if TYPE_CHECKING:
+    from sieve.resources import Resources
 
 
 @DEFENSES.register
@@ -19,5 +24,5 @@ class NoDefense(Defense):
     def __init__(self) -> None:
         super().__init__()
 
-    def inspect(self, ranking: Ranking, resources, k_ctx: int | None = K_CTX) -> Inspection:  # noqa: ANN001
-        return Inspection(keep_all(ranking, status="skipped", reason="no defense", layer="none"))
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
+        return Scores(unscored(ranking, status="skipped", reason="no defense", layer="none"))

@@ -14,17 +14,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from sieve.constants import CLEAN_BUDGET, K_CTX, LM_TRACE_TOKENS
-from sieve.defenses.base import Defense
+from sieve.constants import CLEAN, CLEAN_BUDGET, K_CTX, LM_TRACE_TOKENS
+from sieve.defenses.base import Defense, NotCalibratedError
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Document, Inspection, RankedDocument, Ranking
+from sieve.types import Document, RankedDocument, Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
-
-
-class NotCalibratedError(ValueError):
-    """A defense whose threshold must be learned was used before calibration."""
 
 
 @DEFENSES.register
@@ -43,6 +39,7 @@ class Perplexity(Defense):
     paper = "PoisonedRAG perplexity filter (docs/algorithms.md §8.4; calibration §9.2)"
     needs = ("causal_lm",)
     threshold_param = "threshold"
+    requires_calibration = True
 
     def __init__(self, threshold: float | None = None, max_tokens: int = LM_TRACE_TOKENS) -> None:
         super().__init__(threshold=threshold, max_tokens=max_tokens)
@@ -60,38 +57,28 @@ class Perplexity(Defense):
             out.append(None if tr.size == 0 else float(math.exp(min(float(tr.mean()), 700.0))))
         return out
 
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
-        thr = self.threshold
-        calibrating = getattr(self, "_calibrating", False)
-        if thr is None and not calibrating:
-            raise NotCalibratedError(
-                "perplexity: no threshold set; pass threshold=..., or learn it on clean data with "
-                "calibrate(clean_rankings, resources) or fit_clean(clean_documents, resources)")
-        out = []
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
         lm_id = resources.causal_lm_id()   # no weights loaded when every trace is cached
-        scores = self.score_texts([d.text for d in ranking.documents], resources)
-        for d, ppl in zip(ranking.documents, scores):
+        out = []
+        for d, ppl in zip(ranking.documents, self.score_texts([d.text for d in ranking.documents], resources)):
             if ppl is None:
-                out.append(Decision(d.id, False, "unavailable", None, thr, {"lm": lm_id},
-                                    "too short to score (fewer than 2 tokens); kept", "perplexity"))
-                continue
-            removed = thr is not None and ppl >= thr
-            ev = {"perplexity": ppl, "mean_nll": math.log(ppl), "lm": lm_id}
-            reason = (f"perplexity {ppl:.1f} {'≥' if removed else '<'} {thr:.1f}; " + ("removed" if removed else "kept")
-                      if thr is not None else f"perplexity {ppl:.1f} (calibrating)")
-            out.append(Decision(d.id, removed, "scored", ppl, thr, ev, reason, "perplexity"))
-        return Inspection(out)
+                out.append(Score(d.id, None, "unavailable", "perplexity", {"lm": lm_id},
+                                 note="too short to score (fewer than 2 tokens); kept"))
+            else:
+                out.append(Score(d.id, ppl, "scored", "perplexity",
+                                 {"perplexity": ppl, "mean_nll": math.log(ppl), "lm": lm_id}))
+        return Scores(out)
 
-    def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
-                  clean_budget: float = CLEAN_BUDGET, k_ctx: int | None = K_CTX) -> "Perplexity":
-        """Learn ``threshold`` on clean rankings (base rule: ≤ ``clean_budget`` of clean documents removed)."""
-        self._calibrating = True
-        try:
-            return super().calibrate(clean_rankings, resources, clean_budget, k_ctx)  # type: ignore[return-value]
-        finally:
-            self._calibrating = False
+    def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
+        if threshold is None:
+            return f"perplexity {s.value:.1f}; no threshold set (calibrate on clean passages); kept"
+        return f"perplexity {s.value:.1f} {'≥' if removed else '<'} {threshold:.1f}; " + ("removed" if removed else "kept")
 
     def fit_clean(self, documents: Sequence[Document], resources: "Resources", budget: float = CLEAN_BUDGET) -> "Perplexity":
         """Learn ``threshold`` on clean corpus passages (same budget rule as :meth:`calibrate`)."""
-        ranking = Ranking("", [RankedDocument(d.id, d.text, i + 1, 0.0) for i, d in enumerate(documents)])
+        ranking = Ranking("", [RankedDocument(d.id, d.text, i + 1, 0.0, d.poison) for i, d in enumerate(documents)],
+                          condition=CLEAN)
         return self.calibrate([ranking], resources, budget)
+
+
+__all__ = ["NotCalibratedError", "Perplexity"]

@@ -1,176 +1,366 @@
-"""Serial composition of defenses: ``A+B`` = A on the ranking, then B on A's survivors.
+"""Serial composition of defenses: ``A+B`` = A on the ranking, then B on A's survivors
+(docs/algorithms.md §5, RAGSieve's serial deployment; ``rsg_rsq`` is its registered preset).
 
-docs/algorithms.md §5 (serial deployment): B sees a ranking of A's survivors with ranks renumbered
-1.. (:meth:`Ranking.without`); each document's decision is the first removal (A's if A removed it,
-else B's); documents B never saw keep A's decision. Every stage is inspected with the real
-generation context size ``k_ctx`` (so TRIS L3 inside ``tris+perplexity`` verifies only the documents
-that would reach the generator from its input). The context is built by
-:meth:`sieve.defenses.base.Defense.apply`: refill to ``k_ctx`` from the saved original ranking
-without rescoring, with the usual everything-filtered fallback.
+Each stage scores and decides by its own rule; B sees a ranking of A's survivors with ranks
+renumbered 1.. (:meth:`Ranking.without`) and scores it anew (RSQ decisions made on the
+pre-quarantine ranking are never reused). Every stage runs with the real generation context size
+``k_ctx``. The context is built by :meth:`sieve.defenses.base.Defense.apply` (refill from the saved
+original ranking without rescoring).
 
-:func:`build_defense` turns a spec such as ``"tris+perplexity"`` into a :class:`Serial`; the CLI,
-the evaluation runner and the dashboard call it.
+:func:`build_defense` turns a spec such as ``"tris+perplexity"`` into a :class:`Serial`; the faces
+call it through :func:`sieve.experiment.build_defense`.
 """
 from __future__ import annotations
 
+import math
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+
+import numpy as np
 
 from sieve.constants import CLEAN_BUDGET, K_CTX
-from sieve.defenses.base import Defense, copy_decision
+from sieve.defenses.base import NOT_REDECIDABLE, Defense
 from sieve.params import UnknownParameterError, unknown_parameter_message
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
+from sieve.types import Decision, Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
 
+#: Threshold of the combined (normalised) score: a document is removed iff score ≥ 1.0.
+COMBINED_THRESHOLD = 1.0
+_BELOW_ONE = float(np.nextafter(COMBINED_THRESHOLD, 0.0))
+_FLOAT_MAX = float(np.finfo(float).max)
+#: The keys a stage's entry in a serial decision's evidence adds to the stage's own evidence.
+_META = ("status", "score", "threshold", "flagged", "reason", "layer", "seen")
+#: Separators of nested parameter names: ``stage__param`` (scikit-learn's convention) and the
+#: older ``stage.param`` (still accepted: calibration files and requests use it).
+NESTED = "__"
 
+
+def normalised_score(value: float, threshold: float, flagged: bool) -> float:
+    """``value / threshold`` for a layer that removes iff ``value ≥ threshold``, so 1.0 is the layer's
+    decision boundary, kept exactly consistent with the layer's own decision: a kept document is
+    clamped to the largest float below 1.0 and a flagged one to at least 1.0 (float rounding at the
+    boundary). Non-positive or non-finite thresholds use the shift 1 + value − threshold."""
+    v, t = float(value), float(threshold)
+    q = v / t if (t > 0 and math.isfinite(t)) else 1.0 + (v - t)
+    if math.isnan(q):
+        q = COMBINED_THRESHOLD if flagged else _BELOW_ONE
+    q = min(max(q, -_FLOAT_MAX), _FLOAT_MAX)      # finite scores only (overflow of the ratio)
+    if flagged:
+        return max(q, COMBINED_THRESHOLD)
+    return min(q, _BELOW_ONE)
+
+
+@dataclass
+class StageScores:
+    """One stage's scores on the ranking it saw (document ids in that ranking's order)."""
+
+    label: str
+    ranking: Ranking | None
+    scores: Scores
+    #: Rank of each document in the ranking this stage saw (from ``ranking``, or stored decisions).
+    ranks: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.ranking is not None and not self.ranks:
+            self.ranks = {d.id: d.rank for d in self.ranking.documents}
+
+
+@dataclass
+class SerialScores(Scores):
+    """:class:`~sieve.types.Scores` of a serial composition: the stages' own scores, in order."""
+
+    stages: list[StageScores] = field(default_factory=list)
+
+
+def _split(key: str) -> tuple[str, str] | None:
+    for sep in (NESTED, "."):
+        if sep in key:
+            a, b = key.split(sep, 1)
+            return a, b
+    return None
+
+
+@DEFENSES.register
 class Serial(Defense):
-    """Stages applied in order, each on the survivors of the previous ones.
+    """Stages applied in order, each on the survivors of the previous ones (docs/algorithms.md §5).
 
-    Parameters are addressed as ``"<stage label>.<param>"`` (e.g. ``"perplexity.threshold"``) in
-    :meth:`get_params` / :meth:`set_params`; an unprefixed name goes to every stage that has it; any
-    other name raises :class:`ValueError`. ``threshold_param`` is the dotted name of the first stage
-    threshold that still needs learning (else of the first stage with a threshold); :meth:`calibrate`
-    calibrates every stage that has a threshold, in order, each on the clean rankings it would see in
-    the pipeline. Threshold knobs (:meth:`redecide`) are the stages' knobs, dotted the same way.
-    The answer (``Inspection.answer``) is the last stage's, when that stage answers.
+    ``stages``: registered names (or constructed defenses). Registered under ``rsg_rsq`` (its
+    default stages: RSG's corpus quarantine, then RSQ on the re-ranked survivors, RAGSieve Table 3);
+    ``a+b`` specs build others (:func:`build_defense`).
+
+    Parameters are nested: ``"<stage>__<param>"`` (scikit-learn's pipeline convention; the older
+    ``"<stage>.<param>"`` is accepted too); an unprefixed name goes to every stage that has it (so
+    ``rsg_rsq`` takes ``eta_q`` and RSG's ``mode``). Threshold knobs are the stages' knobs, nested the
+    same way. Calibration calibrates every stage that needs it, in order, each on the clean rankings
+    it would see in the pipeline.
+
+    **Decisions.** A document's decision is that of the stage that removed it, else of the last stage
+    that scored it, else of the first stage. ``score`` is one scale across stages: the largest
+    ``score / threshold`` over the stages that scored it (:func:`normalised_score`), with threshold
+    1.0, so ``removed`` ⇔ a stage removed ⇔ ``score ≥ 1.0``. Each stage's own decision is kept in
+    ``evidence[<stage>]`` (its evidence plus status, score, threshold, flagged, reason, layer);
+    ``evidence["layer_scores"]`` holds the normalised values and ``evidence["survivor_rank"]`` the
+    rank in the last stage's ranking. The answer is the last stage's, when that stage answers.
     """
 
-    name = "serial"
-    summary = "Serial composition: each stage runs on the survivors of the previous ones."
-    paper = "serial composition (docs/algorithms.md §5)"
+    name = "rsg_rsq"
+    summary = "RAGSieve serial deployment: RSG corpus quarantine, then RSQ on the re-ranked survivors."
+    paper = "RAGSieve serial RSG → RSQ (docs/algorithms.md §5)"
+    needs = ("retriever", "causal_lm", "token_encoder")
+    corpus_time = True
+    adaptive = True
+    #: Registry flag: nested names (``stage__param``) are parameters too (Registry.create).
+    nested_params: ClassVar[bool] = True
 
-    def __init__(self, defenses: Sequence[Defense] = ()) -> None:
-        stages = list(defenses)
-        if not stages:
+    def __init__(self, stages: Sequence[str | Defense] = ("rsg", "rsq")) -> None:
+        built = [DEFENSES.create(s) if isinstance(s, str) else s for s in stages]
+        if not built:
             raise ValueError("serial: give at least one defense")
-        labels = [s.label for s in stages]
+        labels = [s.label for s in built]
         if len(set(labels)) != len(labels):
             raise ValueError(f"serial: each stage must appear once; got {'+'.join(labels)}")
-        self.stages = stages
-        self.registry_name = "+".join(labels)
-        self.needs = tuple(dict.fromkeys(n for s in stages for n in s.needs))  # type: ignore[misc]
-        self.corpus_time = any(s.corpus_time for s in stages)  # type: ignore[misc]
-        self.answers = stages[-1].answers  # type: ignore[misc]
-        self.paper = " → ".join(s.paper or s.label for s in stages)  # type: ignore[misc]
-        self.summary = " → ".join(s.label for s in stages)  # type: ignore[misc]
-        pending = [s for s in stages if s.threshold_param and getattr(s, s.threshold_param, None) is None]
-        with_thr = pending or [s for s in stages if s.threshold_param]
-        self.threshold_param = f"{with_thr[0].label}.{with_thr[0].threshold_param}" if with_thr else None  # type: ignore[misc]
+        super().__init__(stages=tuple(labels))
+        self.stages_: list[Defense] = built
+        if tuple(labels) != ("rsg", "rsq"):
+            self.registry_name = "+".join(labels)
+            self.summary = " → ".join(labels)  # type: ignore[misc]
+            self.paper = " → ".join(s.paper or s.label for s in built)  # type: ignore[misc]
+        self.needs = tuple(dict.fromkeys(n for s in built for n in s.needs))  # type: ignore[misc]
+        self.corpus_time = any(s.corpus_time for s in built)  # type: ignore[misc]
+        self.answers = built[-1].answers  # type: ignore[misc]
+        self.min_documents = max((s.min_documents or 0 for s in built), default=0) or None  # type: ignore[misc]
 
-    # -- parameters ----------------------------------------------------------------------------
-    def _stage(self, label: str) -> Defense:
-        for s in self.stages:
+    # -- parameters ------------------------------------------------------------------------------
+    @property  # type: ignore[override]
+    def threshold_param(self) -> str | None:
+        """The nested name of the first stage threshold still to learn (else of the first stage with one)."""
+        pending = [s for s in self.stages_ if s.threshold_param and not s.is_calibrated()]
+        with_thr = pending or [s for s in self.stages_ if s.threshold_param]
+        return f"{with_thr[0].label}{NESTED}{with_thr[0].threshold_param}" if with_thr else None
+
+    def stage(self, label: str) -> Defense:
+        for s in self.stages_:
             if s.label == label:
                 return s
-        raise ValueError(f"serial {self.label}: no stage {label!r}; stages: {', '.join(s.label for s in self.stages)}")
+        raise ValueError(f"serial {self.label}: no stage {label!r}; stages: {', '.join(s.label for s in self.stages_)}")
 
     def __getattr__(self, name: str) -> Any:
-        if "." in name and "stages" in self.__dict__:
-            label, param = name.split(".", 1)
+        if "stages_" in self.__dict__ and (parts := _split(name)):
             try:
-                return getattr(self._stage(label), param)
+                return getattr(self.stage(parts[0]), parts[1])
             except ValueError:
                 pass
         raise AttributeError(name)
 
     def get_params(self) -> dict[str, Any]:
-        return {f"{s.label}.{k}": v for s in self.stages for k, v in s.get_params().items()}
+        return {"stages": self.stages,
+                **{f"{s.label}{NESTED}{k}": v for s in self.stages_ for k, v in s.get_params().items()}}
 
     def set_params(self, **params: Any) -> "Serial":
         valid = list(self.get_params())
-        bad = [k for k in params
-               if (k not in valid if "." in k else not any(k in s.get_params() for s in self.stages))]
+        bad = [k for k in params if k != "stages" and not (
+            (p := _split(k)) and f"{p[0]}{NESTED}{p[1]}" in valid
+            or (not _split(k) and any(k in s.get_params() for s in self.stages_)))]
         if bad:
             raise UnknownParameterError(unknown_parameter_message(self.label, set(bad), valid))
+        if "stages" in params and tuple(params["stages"]) != self.stages:
+            self.__init__(params["stages"])  # type: ignore[misc]
         for key, value in params.items():
-            if "." in key:
-                label, param = key.split(".", 1)
-                self._stage(label).set_params(**{param: value})
+            if key == "stages":
                 continue
-            for s in self.stages:
+            parts = _split(key)
+            if parts:
+                self.stage(parts[0]).set_params(**{parts[1]: value})
+                continue
+            for s in self.stages_:
                 if key in s.get_params():
                     s.set_params(**{key: value})
         return self
 
-    # -- fitting -------------------------------------------------------------------------------
+    def is_calibrated(self) -> bool:
+        return all(s.is_calibrated() for s in self.stages_)
+
+    @property  # type: ignore[override]
+    def requires_calibration(self) -> bool:
+        """True while a stage that cannot run uncalibrated is not calibrated."""
+        return any(s.requires_calibration and not s.is_calibrated() for s in self.stages_)
+
+    def can_calibrate(self, resources: "Resources") -> bool:
+        return any(s.threshold_param is not None for s in self.stages_)
+
+    # -- fitting and calibration -----------------------------------------------------------------
     def fit(self, snapshot: Any, resources: "Resources") -> "Serial":
-        for s in self.stages:
+        for s in self.stages_:
             if s.corpus_time:
                 s.fit(snapshot, resources)
         return self
 
-    def calibrate(self, clean_rankings: list[Ranking], resources: "Resources",
-                  clean_budget: float = CLEAN_BUDGET, k_ctx: int | None = K_CTX) -> "Serial":
+    def learn_thresholds(self, clean_rankings: list[Ranking], resources: "Resources", clean_budget: float = CLEAN_BUDGET,
+                         k_ctx: int | None = K_CTX) -> dict[str, Any]:
+        """Every stage that needs it is calibrated on the clean rankings it sees in the pipeline."""
         current = list(clean_rankings)
-        for s in self.stages:
-            if s.threshold_param:
+        for s in self.stages_:
+            if s.threshold_param and not s.is_calibrated():
                 s.calibrate(current, resources, clean_budget, k_ctx)
-            if s is not self.stages[-1]:
+            if s is not self.stages_[-1]:
                 current = [r.without(set(s.inspect(r, resources, k_ctx).removed_ids)) for r in current]
-        if self.threshold_param:
-            self.threshold_ = getattr(self, self.threshold_param)
-        return self
+        return {}
 
-    # -- protocol ------------------------------------------------------------------------------
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
-        by_id: dict[str, Decision] = {}
-        out = Inspection([], {"stages": [s.label for s in self.stages]})
-        current = ranking
-        for s in self.stages:
-            if not current.documents:
-                out.info.setdefault("skipped_stages", []).append(s.label)
-                continue
-            t = time.perf_counter()
-            r = s.inspect(current, resources, k_ctx)
-            for d in r.decisions:
-                d.evidence.setdefault("stage", s.label)
-                by_id[d.doc_id] = d   # survivors of earlier stages: the later stage's decision
-            out.layers_run += [f"{s.label}:{x}" for x in (r.layers_run or [s.label])]
-            out.latency_ms.update({f"{s.label}:{k}": v for k, v in r.latency_ms.items()})
-            out.latency_ms[f"{s.label}:total"] = (time.perf_counter() - t) * 1000
-            out.info[s.label] = r.info
-            out.warnings += r.warnings
-            if s is self.stages[-1] and s.answers:
-                out.answer = r.answer
-            current = current.without(set(r.removed_ids))
-        out.decisions = [by_id[d.id] for d in ranking.documents]
+    # -- score, then decide ----------------------------------------------------------------------
+    def _thresholds_of(self, stage: Defense, thresholds: Mapping[str, float | None]) -> dict[str, float | None]:
+        """A stage's knobs: its current values, updated by plain keys and then by its nested keys."""
+        out = stage.current_thresholds()
+        out.update({k: v for k, v in thresholds.items() if not _split(k) and v is not None})
+        for k, v in thresholds.items():
+            parts = _split(k)
+            if parts and parts[0] == stage.label and parts[1] in out:
+                out[parts[1]] = v
         return out
 
-    # -- re-deciding ---------------------------------------------------------------------------
     def current_thresholds(self) -> dict[str, float | None]:
-        return {f"{s.label}.{k}": v for s in self.stages for k, v in s.current_thresholds().items()}
+        return {f"{s.label}{NESTED}{k}": v for s in self.stages_ for k, v in s.current_thresholds().items()}
 
-    def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
-        """Each decision is re-decided by the stage that made it (``evidence["stage"]``) with the
-        undotted keys plus that stage's dotted keys (``"<stage>.<key>"``, which win). A document an
-        earlier stage no longer removes was never seen by the later stages and is kept (fail-open),
-        as for TRIS L3."""
-        plain = {k: v for k, v in thresholds.items() if "." not in k}
-        out = []
-        for d in decisions:
-            label = d.evidence.get("stage")
-            sub = {**plain, **{k.split(".", 1)[1]: v for k, v in thresholds.items()
-                               if "." in k and k.split(".", 1)[0] == label}}
-            stage = next((s for s in self.stages if s.label == label), None)
-            out.append(stage.redecide([d], sub)[0] if stage is not None and sub else copy_decision(d))
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
+        first = self.stages_[0]
+        t = time.perf_counter()
+        s0 = first.score(ranking, resources, k_ctx)
+        s0.latency_ms.setdefault("total", (time.perf_counter() - t) * 1000)
+        return self._combined([StageScores(first.label, ranking, s0)])
+
+    def refine(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, scores: Scores,
+               decisions: list[Decision], thresholds: Mapping[str, float | None]) -> Scores | None:
+        """The current stage's own refine; once it is done, the next stage on its survivors."""
+        assert isinstance(scores, SerialScores)
+        last = scores.stages[-1]
+        stage = self.stage(last.label)
+        thr = self._thresholds_of(stage, thresholds)
+        own = stage.decide(last.scores, thr)
+        if stage.adaptive and last.ranking is not None:
+            more = stage.refine(last.ranking, resources, k_ctx, last.scores, own, thr)
+            if more is not None:
+                return self._combined(scores.stages[:-1] + [StageScores(last.label, last.ranking, more)])
+        j = self.stages_.index(stage)
+        if j + 1 >= len(self.stages_) or last.ranking is None:
+            return None
+        survivors = last.ranking.without({d.doc_id for d in own if d.removed})
+        nxt = self.stages_[j + 1]
+        if not survivors.documents:
+            return self._combined(scores.stages + [StageScores(nxt.label, None, Scores([]))])
+        t = time.perf_counter()
+        sn = nxt.score(survivors, resources, k_ctx)
+        sn.latency_ms.setdefault("total", (time.perf_counter() - t) * 1000)
+        return self._combined(scores.stages + [StageScores(nxt.label, survivors, sn)])
+
+    def _combined(self, stages: list[StageScores]) -> SerialScores:
+        info: dict[str, Any] = {"stages": [s.label for s in self.stages_]}
+        seen: dict[str, dict[str, Any]] = {}
+        for st in stages:   # one item per document: what each stage that saw it scored (no combined value:
+            for x in st.scores.items:   # the common scale needs each stage's threshold, so decide makes it)
+                seen.setdefault(x.doc_id, {})[st.label] = {"value": x.value, "status": x.status, "layer": x.layer}
+        items = [Score(x.doc_id, None, x.status, "serial", seen.get(x.doc_id, {})) for x in stages[0].scores.items]
+        out = SerialScores(items, info, stages=stages)
+        for st in stages:
+            if st.ranking is None:
+                info.setdefault("skipped_stages", []).append(st.label)
+                continue
+            out.warnings += st.scores.warnings
+            out.layers_run += [f"{st.label}:{x}" for x in (st.scores.layers_run or [st.label])]
+            out.latency_ms.update({f"{st.label}:{k}": v for k, v in st.scores.latency_ms.items()})
+            info[st.label] = dict(st.scores.info)
+        last = stages[-1]
+        if last.label == self.stages_[-1].label and self.stages_[-1].answers:
+            out.answer = last.scores.answer
+        return out
+
+    def decide(self, scores: Scores, thresholds: Mapping[str, float | None]) -> list[Decision]:
+        assert isinstance(scores, SerialScores)
+        per_stage = [(st, self.stage(st.label).decide(st.scores, self._thresholds_of(self.stage(st.label), thresholds)))
+                     for st in scores.stages]
+        order = [s.doc_id for s in scores.stages[0].scores.items]
+        seen: dict[str, list[tuple[str, Decision, int | None]]] = {i: [] for i in order}
+        for st, decisions in per_stage:
+            for d in decisions:
+                seen[d.doc_id].append((st.label, d, st.ranks.get(d.doc_id)))
+        return [self._merge(seen[i], scores.stages) for i in order]
+
+    def _merge(self, views: list[tuple[str, Decision, int | None]], stages: list[StageScores]) -> Decision:
+        evidence: dict[str, Any] = {}
+        layer_scores: dict[str, float] = {}
+        chosen: Decision | None = None
+        remover: str | None = None
+        for label, d, _ in views:
+            evidence[label] = {**d.evidence, "status": d.status, "score": d.score, "threshold": d.threshold,
+                               "flagged": bool(d.removed), "reason": d.reason, "layer": d.layer}
+            if d.score is not None and d.threshold is not None and d.status not in NOT_REDECIDABLE:
+                layer_scores[d.layer or label] = normalised_score(d.score, d.threshold, d.removed)
+            if d.removed and remover is None:
+                chosen, remover = d, label
+        if chosen is None:
+            informative = [d for _, d, _ in views if d.status not in NOT_REDECIDABLE]
+            chosen = informative[-1] if informative else views[0][1]
+        later = [st.label for st in stages if st.label not in evidence]
+        for label in later:
+            evidence[label] = {"status": "skipped", "seen": False,
+                               "reason": f"removed by {remover} before {label} ran" if remover
+                               else f"{label} did not run"}
+        if len(views) > 1:
+            evidence["survivor_rank"] = views[-1][2]
+        evidence["layer_scores"] = layer_scores
+        reason = "; ".join(f"{label}: {d.reason}" for label, d, _ in views if d.reason)
+        if remover is not None and later:
+            reason = f"removed by {remover} before {', '.join(later)} ran: " + reason
+        score = max(layer_scores.values()) if layer_scores else None
+        return Decision(chosen.doc_id, remover is not None, chosen.status, score, COMBINED_THRESHOLD,
+                        evidence, reason, chosen.layer)
+
+    def scores_from(self, decisions: Sequence[Decision]) -> Scores:
+        """Each stage's scores rebuilt from ``evidence[<stage>]`` of the stored decisions."""
+        stages = []
+        for s in self.stages_:
+            items, ranks = [], {}
+            for d in decisions:
+                ev = d.evidence.get(s.label)
+                if not isinstance(ev, Mapping) or ev.get("seen") is False:
+                    continue
+                own = {k: v for k, v in ev.items() if k not in _META}
+                items.append(Score(d.doc_id, ev.get("score"), ev.get("status", "scored"), ev.get("layer", ""), own,
+                                   bool(ev.get("flagged")), ev.get("threshold"), ev.get("reason", "")))
+                if d.evidence.get("survivor_rank") is not None:
+                    ranks[d.doc_id] = d.evidence["survivor_rank"]   # the last stage that saw it: overwritten in order
+            if items or not stages:
+                stages.append(StageScores(s.label, None, Scores(items), ranks))
+        return SerialScores([], stages=stages)
+
+    def summarize(self, scores: Scores, decisions: list[Decision]) -> dict[str, Any]:
+        assert isinstance(scores, SerialScores)
+        out: dict[str, Any] = {}
+        rebuilt = self.scores_from(decisions)
+        assert isinstance(rebuilt, SerialScores)
+        for st, mine in zip(scores.stages, rebuilt.stages):
+            if st.ranking is None:
+                continue
+            own = [Decision(x.doc_id, bool(x.flag), x.status, x.value, x.threshold, x.evidence, x.note, x.layer)
+                   for x in mine.scores.items]
+            out[st.label] = {**st.scores.info, **self.stage(st.label).summarize(st.scores, own)}
         return out
 
 
 def build_defense(spec: str, **params: Any) -> Defense:
     """``"name"`` → the registered defense; ``"a+b[+c]"`` → :class:`Serial` of registered defenses.
 
-    For a serial spec, parameters are ``"<stage>.<param>"`` (or an unprefixed name shared by stages),
-    e.g. ``build_defense("tris+perplexity", **{"perplexity.threshold": 40.0})``.
+    For a serial spec, parameters are ``"<stage>__<param>"`` (or ``"<stage>.<param>"``, or an
+    unprefixed name shared by stages), e.g. ``build_defense("tris+perplexity", perplexity__threshold=40.0)``.
     """
     names = [n.strip() for n in spec.split("+")]
     if not spec.strip() or any(not n for n in names):
         raise ValueError(f"bad defense spec {spec!r}: use a registered name or names joined by '+'")
     if len(names) == 1:
         return DEFENSES.create(names[0], **params)
-    serial = Serial([DEFENSES.create(n) for n in names])
+    serial = Serial(names)
     if params:
         serial.set_params(**params)
     return serial

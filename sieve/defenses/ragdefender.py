@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from sieve.constants import K_CTX
-from sieve.defenses.base import Defense, copy_decision
+from sieve.defenses.base import Defense
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
+from sieve.types import Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -102,22 +102,20 @@ class RAGDefender(Defense):
     def current_thresholds(self) -> dict[str, float | None]:
         return {}   # the package's selection rule, not score ≥ threshold: rerun to change it
 
-    def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
-        """Copies, unchanged: the package's N_adv selection cannot be re-applied from stored scores."""
-        return [copy_decision(d) for d in decisions]
-
     def scope(self, n: int, k_ctx: int | None) -> int:
         """|R|: how many of the ``n`` ranked documents are examined."""
         k = self.max_docs if self.max_docs is not None else k_ctx
         return n if k is None else min(n, int(k))
 
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
+        """The package's removal per document of R as ``Score.flag`` (its N_adv selection is no
+        threshold rule), with the pair-frequency score for ranking and fusion."""
         t0 = time.perf_counter()
         docs = ranking.documents
         m = self.scope(len(docs), k_ctx)
         texts = [d.text for d in docs[:m]]
         info: dict[str, Any] = {"task_type": self.task_type, "examined": m}
-        out: list[Decision] = []
+        out: list[Score] = []
         if m < 3:
             reason = f"fewer than 3 documents in R ({m}); RAGDefender keeps all"
             info.update(n_adv=0, reason=reason)
@@ -131,16 +129,15 @@ class RAGDefender(Defense):
             info.update(n_adv=n_adv, removed_indices=removed_list, reason=reason)
         for i, d in enumerate(docs):
             if i >= m:
-                out.append(Decision(d.id, False, "not_examined", reason=f"outside R (the examined top {m})",
-                                    layer="ragdefender"))
+                out.append(Score(d.id, None, "not_examined", "ragdefender", note=f"outside R (the examined top {m})"))
                 continue
             gone = i in removed
             why = (f"{reason}; among the {len(removed)} highest pair-frequency passages: removed" if gone
                    else f"{reason}; kept")
-            out.append(Decision(d.id, gone, "scored" if scores[i] is not None else "skipped", scores[i], None,
-                                ev_rows[i], why, "ragdefender"))
-        return Inspection(out, info=info, layers_run=["ragdefender"],
-                          latency_ms={"ragdefender": (time.perf_counter() - t0) * 1000})
+            out.append(Score(d.id, scores[i], "scored" if scores[i] is not None else "skipped", "ragdefender",
+                             ev_rows[i], flag=gone, note=why))
+        return Scores(out, info, layers_run=["ragdefender"],
+                      latency_ms={"ragdefender": (time.perf_counter() - t0) * 1000})
 
     def run_package(self, query: str, texts: list[str], resources: "Resources"
                     ) -> tuple[int, list[int], list[dict[str, Any]], list[float | None]]:

@@ -10,11 +10,11 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sieve.constants import K_CTX
-from sieve.defenses.base import Defense, keep_all
+from sieve.defenses.base import Defense, unscored
 from sieve.defenses.text import is_keyword, phrase_candidates
 from sieve.models.errors import LLMError
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
+from sieve.types import Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -65,21 +65,31 @@ class RobustRAG(Defense):
     def __init__(self, alpha: float = 0.3, beta: float = 3, max_docs: int = 10, final_answer: bool = True) -> None:
         super().__init__(alpha=alpha, beta=beta, max_docs=max_docs, final_answer=final_answer)
 
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
         t = time.perf_counter()
-        decisions, info, warnings = self._run(ranking, resources)
-        return Inspection(decisions, info, warnings, ["isolated_answers"],
-                          {"isolated_answers": (time.perf_counter() - t) * 1000}, answer=info.get("answer"))
+        items, info, warnings = self._run(ranking, resources)
+        return Scores(items, info, warnings, ["isolated_answers"],
+                      {"isolated_answers": (time.perf_counter() - t) * 1000}, answer=info.get("answer"))
 
     def current_thresholds(self) -> dict[str, float | None]:
         """Score = 1 − corroborated keyword fraction, removed iff ≥ 1.0 (no keyword corroborated)."""
         return {"threshold": 1.0}
 
-    def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
+    def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
+        ev = s.evidence
+        if ev.get("abstained"):
+            return "the isolated answer abstains (\"I don't …\"); removed from the aggregation"
+        need = float(ev.get("min_count", 0.0))
+        if removed:
+            return f"isolated answer {ev.get('answer')!r} shares no keyword with ≥ {need:g} answers; removed"
+        return (f"{len(ev.get('corroborated', []))} of {len(ev.get('keywords', []))} keywords corroborated by "
+                f"≥ {need:g} answers; kept")
+
+    def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Score], dict[str, Any], list[str]]:
         llm = resources.llm
         if llm is None:
             msg = "robustrag needs an LLM for isolated answers; none configured, nothing filtered"
-            return (keep_all(ranking, "unavailable", "no LLM configured", "robustrag"),
+            return (unscored(ranking, "unavailable", "no LLM configured", "robustrag"),
                     {"answer": None, "status": "unavailable"}, [msg])
         docs = ranking.documents
         m = min(len(docs), int(self.max_docs))
@@ -103,29 +113,22 @@ class RobustRAG(Defense):
         corroborated = {c for c, k in counts.items() if k >= need} if voters else set()
         hints = sorted(corroborated, key=lambda s: (len(s), s), reverse=True)
 
-        out: list[Decision] = []
+        out: list[Score] = []
         for i, d in enumerate(docs):
             if i >= m:
-                out.append(Decision(d.id, False, "not_examined", reason=f"outside the examined top {m}",
-                                    layer="robustrag"))
+                out.append(Score(d.id, None, "not_examined", "robustrag", note=f"outside the examined top {m}"))
             elif i in errors:
-                out.append(Decision(d.id, False, "error", reason=f"isolated answer failed: {errors[i]}; kept",
-                                    evidence={"answer": None}, layer="robustrag"))
+                out.append(Score(d.id, None, "error", "robustrag", {"answer": None},
+                                 note=f"isolated answer failed: {errors[i]}; kept"))
             elif i in abstained:
-                out.append(Decision(d.id, True, "scored", 1.0, 1.0, {"answer": answers[i], "abstained": True},
-                                    "the isolated answer abstains (\"I don't …\"); removed from the aggregation",
-                                    "robustrag"))
+                out.append(Score(d.id, 1.0, "scored", "robustrag", {"answer": answers[i], "abstained": True}))
             else:
                 kw = keywords[i]
                 hit = sorted(kw & corroborated)
                 frac = len(hit) / len(kw) if kw else 0.0
-                removed = not hit
                 ev = {"answer": answers[i], "abstained": False, "keywords": sorted(kw), "corroborated": hit,
                       "keyword_counts": {c: counts[c] for c in sorted(kw)}, "min_count": need}
-                reason = (f"isolated answer {answers[i]!r} shares no keyword with ≥ {need:g} answers; removed"
-                          if removed else f"{len(hit)} of {len(kw)} keywords corroborated by ≥ {need:g} answers; kept")
-                out.append(Decision(d.id, removed, "scored", 1.0 - frac, 1.0, ev, reason, "robustrag"))
-
+                out.append(Score(d.id, 1.0 - frac, "scored", "robustrag", ev))
         info: dict[str, Any] = {"status": "ran", "answers": answers, "abstained": len(abstained),
                                 "min_count": need, "keywords": hints, "llm_calls": m}
         if not voters:

@@ -41,7 +41,7 @@ from sieve.defenses.stats import corpus_upper_tail
 from sieve.index.knn import HNSW_EF_SEARCH, HNSW_M, IVF_NPROBE
 from sieve.ledger import DETECTOR_FLAG
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
+from sieve.types import Decision, Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -479,8 +479,8 @@ RSG_DEFAULTS = RSGParams()
 
 @DEFENSES.register
 class RSG(Defense):
-    """Corpus-time detector (docs/algorithms.md §4). ``fit`` audits the snapshot; ``inspect`` removes the
-    documents the audit flagged (quarantine, §5) and marks documents outside the snapshot
+    """Corpus-time detector (docs/algorithms.md §4). ``fit`` audits the snapshot; ``score`` reads each
+    document's audit score and ``decide`` removes the documents it flags (quarantine, §5) and marks documents outside the snapshot
     ``not_examined``. Parameters are the fields of :class:`RSGParams` (``mode``, ``progress`` …)."""
 
     name = "rsg"
@@ -521,25 +521,30 @@ class RSG(Defense):
         self.flagged_ids_ = set(self.audit_.flagged_ids)
         return self
 
-    def decisions_for(self, ranking: Ranking) -> list[Decision]:
+    def score(self, ranking: Ranking, resources: "Resources | None" = None, k_ctx: int | None = K_CTX) -> Scores:
+        """The audit's score of each document of ``ranking`` (documents outside the snapshot are
+        ``not_examined``; before ``fit`` every document is ``unavailable``)."""
         audit: RSGAudit | None = getattr(self, "audit_", None)
         threshold = self.rsg_params().decision_threshold
         if audit is None:
-            return [Decision(d.id, False, "unavailable", threshold=threshold, layer="RSG",
-                             reason="RSG is corpus-time: call fit(snapshot) on the indexed corpus first")
-                    for d in ranking.documents]
+            why = "RSG is corpus-time: call fit(snapshot) on the indexed corpus first"
+            return Scores([Score(d.id, None, "unavailable", "RSG", threshold=threshold, note=why)
+                           for d in ranking.documents], warnings=[f"rsg: not fitted; {why} (prepare_defense does)"])
         out = []
         for d in ranking.documents:
             if d.id not in audit:
-                out.append(Decision(d.id, False, "not_examined", threshold=threshold, layer="RSG",
-                                    reason="document not in the audited snapshot; refit RSG after corpus changes"))
+                out.append(Score(d.id, None, "not_examined", "RSG", threshold=threshold,
+                                 note="document not in the audited snapshot; refit RSG after corpus changes"))
                 continue
             row = audit.row(d.id)
-            reason = (f"{DETECTOR_FLAG} ({row.branch}): score {row.score:.3f} ≥ {threshold:g}" if row.flagged
-                      else f"score {row.score:.3f} < {threshold:g}")
-            out.append(Decision(d.id, row.flagged, "scored", score=row.score, threshold=threshold,
-                                evidence=row.to_dict(), reason=reason, layer="RSG"))
-        return out
+            out.append(Score(d.id, row.score, "scored", "RSG", row.to_dict()))
+        return Scores(out)
 
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
-        return Inspection(self.decisions_for(ranking))
+    def summarize(self, scores: Scores, decisions: list[Decision]) -> dict[str, Any]:
+        return {"flagged": [d.doc_id for d in decisions if d.removed]}
+
+    def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
+        if not removed:
+            return f"score {s.value:.3f} < {threshold:g}"
+        branch = s.evidence.get("branch")
+        return f"{DETECTOR_FLAG}{f' ({branch})' if branch else ''}: score {s.value:.3f} ≥ {threshold:g}"

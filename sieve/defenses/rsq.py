@@ -44,7 +44,7 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from sieve.defenses.rsq_traces import token_strings, trace_ref
 from sieve.defenses.scripts import ascii_tokens, mixed_script_fraction
 from sieve.defenses.stats import EPS, hypergeom_upper_tail, midrank_upper_tail, simes
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, Ranking
+from sieve.types import Decision, Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -477,7 +477,8 @@ class RSQ(Defense):
     summary = "RAGSieve RSQ: top-5 vs. ranks 6–20 contrast (anchor, script, surprisal, alignment)."
     paper = "RAGSieve RSQ (docs/algorithms.md §3)"
     needs = ("causal_lm", "token_encoder")
-    min_documents = 20   # retrieved documents per query RSQ needs (UNAVAILABLE_REASON); checked by prepare_defense
+    min_documents = CONTEXT_SIZE   # retrieved documents per query RSQ needs (UNAVAILABLE_REASON); checked by prepare_defense
+    adaptive = True      # refill="rescore" scores the refilled ranking again (refine)
     presets = {
         "rsq_rescore": {
             "params": {"refill": "rescore"},
@@ -496,68 +497,71 @@ class RSQ(Defense):
         super().__init__(eta_q=eta_q, refill=refill, max_rounds=max_rounds, trace_tokens=trace_tokens,
                          inline_traces=inline_traces)
 
-    # -- one pass ------------------------------------------------------------------------------
-    def score_ranking(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
-        """Decisions for one ranking as computed on *that* ranking: ranks 1–5 ``scored``, ranks
-        6+ ``not_examined``; fewer than 20 documents → all ``unavailable``."""
+    # -- score, then decide ---------------------------------------------------------------------
+    def score_items(self, ranking: Ranking, resources: "Resources") -> tuple[list[Score], dict[str, float]]:
+        """Scores of one ranking as computed on *that* ranking: ranks 1–5 ``scored`` (value S), ranks
+        6+ ``not_examined``; fewer than 20 documents → all ``unavailable``. Also the latency breakdown."""
         if len(ranking.documents) < CONTEXT_SIZE:
-            return [Decision(d.id, False, "unavailable", threshold=float(self.eta_q),
-                             reason=UNAVAILABLE_REASON, layer="RSQ") for d in ranking.documents]
-        rows, lat = score_candidates(ranking, resources, eta_q=float(self.eta_q),
-                                     trace_tokens=bool(self.trace_tokens),
-                                     inline_traces=bool(self.inline_traces))
-        self.last_latency_ms_ = lat
-        out: list[Decision] = []
-        for r in rows:
-            reason = (f"S={r.S:.3f} ≥ η_Q={self.eta_q:g}" if r.flagged else f"S={r.S:.3f} < η_Q={self.eta_q:g}")
-            out.append(Decision(r.doc_id, r.flagged, "scored", score=r.S, threshold=float(self.eta_q),
-                                evidence=r.evidence(), reason=reason, layer="RSQ"))
-        for d in ranking.documents[CANDIDATE_COUNT:]:
-            out.append(Decision(d.id, False, "not_examined",
-                                reason="RSQ scores ranks 1–5 only (ranks 6–20 are the reference tail)",
-                                layer="RSQ"))
-        return out
+            return [Score(d.id, None, "unavailable", "RSQ", note=UNAVAILABLE_REASON) for d in ranking.documents], {}
+        rows, lat = score_candidates(ranking, resources, trace_tokens=bool(self.trace_tokens),
+                                     inline_traces=bool(self.inline_traces))   # rows' `flagged` is not read
+        out = [Score(r.doc_id, r.S, "scored", "RSQ", r.evidence()) for r in rows]
+        out += [Score(d.id, None, "not_examined", "RSQ",
+                      note="RSQ scores ranks 1–5 only (ranks 6–20 are the reference tail)")
+                for d in ranking.documents[CANDIDATE_COUNT:]]
+        return out, lat
 
-    def _run(self, ranking: Ranking, resources: "Resources") -> tuple[list[Decision], dict[str, Any], list[str]]:
-        self.last_latency_ms_ = {}
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
+        """RSQ on ``ranking`` (round 1; ``refill="rescore"`` continues in :meth:`refine`)."""
         warnings: list[str] = []
         if len(ranking.documents) < CONTEXT_SIZE:
             warnings.append(f"rsq: unavailable for query {ranking.query_id or ranking.query!r}: "
                             f"{len(ranking.documents)} documents; {UNAVAILABLE_REASON}")
-        decisions = self.score_ranking(ranking, resources)
-        info: dict[str, Any] = {"refill": self.refill}
-        if self.refill != "rescore" or len(ranking.documents) < CONTEXT_SIZE:
-            info["rounds"] = [{"round": 1, "flagged": [d.doc_id for d in decisions if d.removed]}]
-            return decisions, info, warnings
-        # Rescoring refill: each round is RSQ on the ranking with all earlier flags removed
-        # (ranks renumbered); a document's decision is the one from the last ranking it was in.
-        by_id = {d.doc_id: d for d in decisions}
-        for d in by_id.values():
-            d.evidence["round"] = 1
-        removed = {d.doc_id for d in decisions if d.removed}
-        rounds = [{"round": 1, "flagged": sorted(removed)}]
-        current_removed = set(removed)
-        for rnd in range(2, int(self.max_rounds) + 1):
-            if not rounds[-1]["flagged"]:
-                break
-            sub = ranking.without(current_removed)
-            if len(sub.documents) < CONTEXT_SIZE:
-                warnings.append(f"rsq: rescore round {rnd} skipped: only {len(sub.documents)} survivors; "
-                                f"{UNAVAILABLE_REASON}")
-                break
-            new = self.score_ranking(sub, resources)
-            flagged = sorted(d.doc_id for d in new if d.removed)
-            for d in new:
-                d.evidence["round"] = rnd
-                by_id[d.doc_id] = d
-            rounds.append({"round": rnd, "flagged": flagged})
-            current_removed |= set(flagged)
-        info["rounds"] = rounds
-        return [by_id[d.id] for d in ranking.documents], info, warnings
+        items, lat = self.score_items(ranking, resources)
+        if self.refill == "rescore":
+            for s in items:
+                s.evidence["round"] = 1
+        return Scores(items, {"refill": self.refill, "rounds_scored": 1}, warnings, latency_ms=dict(lat))
 
-    # -- protocol ------------------------------------------------------------------------------
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
-        """RSQ on ``ranking``; with ``refill="rescore"`` each document's decision comes from the last
-        re-scored ranking it was in, so the base refill (ranks in order, no rescoring) applies."""
-        decisions, info, warnings = self._run(ranking, resources)
-        return Inspection(decisions, info, warnings, latency_ms=dict(self.last_latency_ms_))
+    def refine(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, scores: Scores,
+               decisions: list[Decision], thresholds: Mapping[str, float | None]) -> Scores | None:
+        """``refill="rescore"``: RSQ again on the ranking without every flagged document (ranks
+        renumbered), while the last round flagged something, up to ``max_rounds`` rounds; a
+        document's score is the one from the last ranking it was in."""
+        rnd = int(scores.info.get("rounds_scored", 1))
+        if (self.refill != "rescore" or scores.info.get("stopped") or rnd >= int(self.max_rounds)
+                or len(ranking.documents) < CONTEXT_SIZE):
+            return None
+        by_score = {s.doc_id: s for s in scores.items}
+        flagged_last = [d.doc_id for d in decisions if d.removed and by_score[d.doc_id].evidence.get("round") == rnd]
+        if not flagged_last:
+            return None
+        removed = {d.doc_id for d in decisions if d.removed}
+        sub = ranking.without(removed)
+        info = {**scores.info}
+        if len(sub.documents) < CONTEXT_SIZE:
+            warning = (f"rsq: rescore round {rnd + 1} skipped: only {len(sub.documents)} survivors; "
+                       f"{UNAVAILABLE_REASON}")
+            info["stopped"] = True
+            return Scores(scores.items, info, scores.warnings + [warning], scores.layers_run, scores.latency_ms)
+        new, _ = self.score_items(sub, resources)
+        for s in new:
+            s.evidence["round"] = rnd + 1
+            by_score[s.doc_id] = s
+        info["rounds_scored"] = rnd + 1
+        return Scores([by_score[d.id] for d in ranking.documents], info, scores.warnings, scores.layers_run,
+                      scores.latency_ms)
+
+    def summarize(self, scores: Scores, decisions: list[Decision]) -> dict[str, Any]:
+        rounds = int(scores.info.get("rounds_scored", 1))
+        by_score = {s.doc_id: s for s in scores.items}
+        if self.refill != "rescore" or len(decisions) < CONTEXT_SIZE:
+            return {"rounds": [{"round": 1, "flagged": [d.doc_id for d in decisions if d.removed]}]}
+        return {"rounds": [{"round": r, "flagged": sorted(d.doc_id for d in decisions if d.removed
+                                                            and by_score[d.doc_id].evidence.get("round") == r)}
+                           for r in range(1, rounds + 1)]}
+
+    def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
+        if threshold is None:
+            return f"S={s.value:.3f}; no η_Q set; kept"
+        return f"S={s.value:.3f} ≥ η_Q={threshold:g}" if removed else f"S={s.value:.3f} < η_Q={threshold:g}"

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 import numpy as np
 
 from sieve.constants import K_CTX
-from sieve.defenses.base import Defense, context_of, copy_decision
+from sieve.defenses.base import Defense, context_of
 from sieve.defenses.text import word_tokens
 from sieve.models.errors import LLMError
 from sieve.registry import DEFENSES
-from sieve.types import Decision, Inspection, RankedDocument, Ranking
+from sieve.types import Decision, RankedDocument, Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
@@ -97,6 +97,18 @@ def pairwise_rouge(texts: list[str]) -> np.ndarray:
     return hit.copy()
 
 
+def max_rouge_of(rouge: np.ndarray) -> list[float]:
+    """TrustRAG's per-document near-copy score: the largest ROUGE-L F1 to another document of the
+    matrix (0 for a single document)."""
+    m = rouge.shape[0]
+    return [float(np.max(np.delete(rouge[i], i))) if m > 1 else 0.0 for i in range(m)]
+
+
+def max_rouge(texts: list[str]) -> list[float]:
+    """:func:`max_rouge_of` the :func:`pairwise_rouge` matrix of ``texts`` (fusion's ``rouge`` evidence)."""
+    return max_rouge_of(pairwise_rouge(texts))
+
+
 def trustrag_filter(emb: np.ndarray, rouge: np.ndarray, rouge_threshold: float = 0.25,
                     cohesion_threshold: float = 0.88, random_state: int = 0) -> ClusterOutcome:
     """The TR0 ``kmeans_ngram`` removal on raw embeddings ``emb`` and a pairwise ROUGE-L matrix."""
@@ -156,7 +168,7 @@ class TrustRAG(Defense):
     * ``random_state`` = 0, 2 clusters, ``n_init`` 10, ``max_iter`` 500 (TR0).
     * Embeddings: the judge encoder (``resources.judge_embeddings``, MiniLM by default) in place of
       SimCSE CLS vectors (no SimCSE weights ship offline); expect different cohesion levels.
-    * ``consolidate`` (True): when an LLM is configured, ``inspect`` runs the 3-stage conflict step over
+    * ``consolidate`` (True): when an LLM is configured, ``refine`` runs the 3-stage conflict step over
       the generation context (the first ``k_ctx`` survivors, :func:`~sieve.defenses.base.context_of`:
       internal knowledge → consolidation → final answer) and stores the answer in
       ``Inspection.answer`` (also ``info["answer"]``) with ``info["consolidated"]``,
@@ -166,7 +178,8 @@ class TrustRAG(Defense):
     Decision score: the document's highest ROUGE-L against any other examined document (higher =
     more duplicated); threshold = ``rouge_threshold``. The removal itself follows the cluster rule,
     so the score explains the gate, not every cluster decision (see ``evidence``); hence no decision
-    can be re-decided at another threshold without a rerun (:meth:`threshold_knobs` is empty).
+    can be re-decided at another threshold without a rerun (:meth:`threshold_knobs` is empty; the
+    rule's verdict is the score's ``flag``).
     """
 
     name = "trustrag"
@@ -181,31 +194,35 @@ class TrustRAG(Defense):
         super().__init__(rouge_threshold=rouge_threshold, cohesion_threshold=cohesion_threshold,
                          random_state=random_state, consolidate=consolidate, max_docs=max_docs)
 
+    adaptive = True   # the consolidation reads the context the decisions leave (refine)
+
     def current_thresholds(self) -> dict[str, float | None]:
         return {}   # removal follows the cluster rule, not score ≥ threshold: rerun to change it
 
-    def redecide(self, decisions: list[Decision], thresholds: Mapping[str, float]) -> list[Decision]:
-        """Copies, unchanged: the cluster rule cannot be re-applied from stored scores (no knobs)."""
-        return [copy_decision(d) for d in decisions]
-
-    def inspect(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Inspection:
+    def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
+        """Stage 1: the cluster rule's verdict per document (``Score.flag``) with its max ROUGE-L."""
         t = time.perf_counter()
-        decisions = self._filter(ranking, resources)
-        latency = {"filter": (time.perf_counter() - t) * 1000}
-        ins = Inspection(decisions, layers_run=["filter"], latency_ms=latency)
-        llm = resources.llm if self.consolidate else None
-        if llm is not None:
-            t2 = time.perf_counter()
-            context, _ = context_of(ranking, decisions, k_ctx)
-            ins.info.update(consolidate_knowledge(llm, ranking.query, context))
-            ins.answer = ins.info.get("answer")
-            ins.layers_run.append("consolidation")
-            ins.latency_ms["consolidation"] = (time.perf_counter() - t2) * 1000
-        else:
-            ins.info["consolidation"] = "skipped: " + ("disabled" if not self.consolidate else "no LLM configured")
-        return ins
+        items = self._filter(ranking, resources)
+        info: dict[str, Any] = {}
+        if not (self.consolidate and resources.llm is not None):
+            info["consolidation"] = "skipped: " + ("disabled" if not self.consolidate else "no LLM configured")
+        return Scores(items, info, layers_run=["filter"], latency_ms={"filter": (time.perf_counter() - t) * 1000})
 
-    def _filter(self, ranking: Ranking, resources: "Resources") -> list[Decision]:
+    def refine(self, ranking: Ranking, resources: "Resources", k_ctx: int | None, scores: Scores,
+               decisions: list[Decision], thresholds: Mapping[str, float | None]) -> Scores | None:
+        """Stage 2: the LLM consolidation over the generation context the decisions leave (the
+        answer only; decisions are not changed by it)."""
+        llm = resources.llm if self.consolidate else None
+        if llm is None or "consolidation" in scores.info:
+            return None
+        t = time.perf_counter()
+        context, _ = context_of(ranking, decisions, k_ctx)
+        info = {**scores.info, **consolidate_knowledge(llm, ranking.query, context)}
+        latency = {**scores.latency_ms, "consolidation": (time.perf_counter() - t) * 1000}
+        return Scores(scores.items, info, scores.warnings, scores.layers_run + ["consolidation"], latency,
+                      answer=info.get("answer"))
+
+    def _filter(self, ranking: Ranking, resources: "Resources") -> list[Score]:
         docs = ranking.documents
         m = len(docs) if self.max_docs is None else min(len(docs), int(self.max_docs))
         scope = docs[:m]
@@ -213,20 +230,20 @@ class TrustRAG(Defense):
         emb = resources.judge_embeddings([d.text for d in scope]) if m >= 3 else np.zeros((m, 1), np.float32)
         res = trustrag_filter(emb, rouge, self.rouge_threshold, self.cohesion_threshold, self.random_state)
         kept = set(res.kept)
-        out: list[Decision] = []
+        best = max_rouge_of(rouge)
+        out: list[Score] = []
         for i, d in enumerate(docs):
             if i >= m:
-                out.append(Decision(d.id, False, "not_examined", reason=f"outside the examined top {m}",
-                                    layer="trustrag"))
+                out.append(Score(d.id, None, "not_examined", "trustrag", note=f"outside the examined top {m}"))
                 continue
-            max_r = float(np.max(np.delete(rouge[i], i))) if m > 1 else 0.0
+            max_r = best[i]
             ev: dict[str, Any] = {"max_rouge_l": max_r, "gate_max_rouge_l": res.gate_max_rouge,
                                   "cluster": res.labels[i], "cluster_cohesion": res.cohesion,
                                   "judge_space": getattr(resources.judge, "model_id", "judge") if m >= 3 else None}
             removed = i not in kept
-            out.append(Decision(d.id, removed, "scored", max_r, float(self.rouge_threshold), ev,
-                                res.reason + ("; this document removed" if removed else "; this document kept"),
-                                "trustrag"))
+            out.append(Score(d.id, max_r, "scored", "trustrag", ev, flag=removed,
+                             threshold=float(self.rouge_threshold),
+                             note=res.reason + ("; this document removed" if removed else "; this document kept")))
         return out
 
 

@@ -39,7 +39,7 @@ def load_calibration(path: str | Path | None) -> dict[str, dict[str, Any]]:
     data = read_yaml_mapping(p, "calibration file")
     unknown = sorted(str(k) for k in data if k not in CALIBRATION_KEYS)
     if unknown:   # e.g. a defense's parameters written at the top level would otherwise be ignored
-        from sieve.registry import DEFENSES   # lazily: the registry imports every defense module
+        from sieve.registry import DEFENSES  # lazily: the registry imports every defense module
 
         hint = f" (did you mean defenses.{unknown[0]}?)" if unknown[0] in DEFENSES.names() else ""
         raise ConfigError(f"{p}: unknown top-level key {unknown[0]!r}; a calibration file holds 'defenses' "

@@ -11,7 +11,7 @@ the one with the lowest mean poison-in-context over the other families (ties: th
 configuration in the given order, i.e. the full detector first).
 
 Inputs are per-configuration result tables ``{config: {family: FamilyResult}}`` (poison-in-context
-counts, n) plus the clean removal per configuration, produced e.g. by ``bench/fusion_bench.py``.
+counts, n) plus the clean removal per configuration, produced e.g. by ``sieve/bench/fusion_bench.py``.
 """
 from __future__ import annotations
 

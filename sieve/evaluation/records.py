@@ -1,12 +1,15 @@
 """The run directory's records: JSON helpers, reading and writing records, record identity.
 
+Size: over 500 lines — every reader and writer of a run's files (records, side files, config,
+summary, the compact shipped run) is here, so that no other module needs to know a format.
+
 One record per (query, condition, defense), appended and flushed per item by
 :mod:`sieve.evaluation.runner`; a later record for the same key replaces an earlier one. Every
 reader goes through :func:`read_records`, which returns whole records (``ranking``, ``decisions``,
 ``info`` inline) whatever the format on disk, so the dashboard and ``sieve report`` need no format
 knowledge:
 
-* **format 2** (written since issue 15): ``records.jsonl`` holds one small line per record with a
+* **format 2** (what :class:`RecordWriter` writes): ``records.jsonl`` holds one small line per record with a
   ``ranking_ref`` and a ``detail_ref``; each (query, condition) ranking is stored once in
   ``rankings.jsonl``; the decisions (column-wise, evidence included) and ``info`` of each record
   are in ``decisions.jsonl.gz`` (one gzip line per record, sync-flushed per item so an interrupted
@@ -15,7 +18,12 @@ knowledge:
   that prefix (``side_files``), checked on open (appends after the last checkpoint are allowed and
   still verified line by line).
 * **format 1**: ``records.jsonl`` with every field inline (read as it is).
-* **compact shipped run**: only ``records.compact.jsonl.gz`` (dashboard demo run), read as it is.
+* **compact shipped run**: only ``records.compact.jsonl.gz`` (dashboard demo run), read as it is
+  (written by :func:`write_compact_records`).
+
+The run's other files are read here too: ``config.json`` by :func:`read_run_config` (checksum
+verified) and ``summary.json`` by :func:`read_summary`; :func:`has_records` says whether a
+directory holds records in a format :func:`read_records` reads.
 """
 from __future__ import annotations
 
@@ -166,6 +174,8 @@ RECORDS = "records.jsonl"
 RANKINGS = "rankings.jsonl"
 DETAILS = "decisions.jsonl.gz"
 COMPACT_RECORDS = "records.compact.jsonl.gz"
+CONFIG = "config.json"
+SUMMARY = "summary.json"
 #: Files holding a run's records (``--force`` removes them; none may be a dataset file).
 RECORD_FILES = (RECORDS, RANKINGS, DETAILS)
 RECORDS_FORMAT = 2
@@ -376,6 +386,44 @@ def read_records(run_dir: str | Path, repair: bool = False, *, evidence: bool = 
             rec["info"] = b["info"]
         out.append(rec)
     return out
+
+
+def has_records(run_dir: str | Path) -> bool:
+    """True when ``run_dir`` holds records :func:`read_records` reads (``records.jsonl`` or a compact run)."""
+    d = Path(run_dir)
+    return (d / RECORDS).is_file() or (d / COMPACT_RECORDS).is_file()
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """A run's ``summary.json`` (``run_dir`` or the file itself); unreadable, invalid JSON or not an
+    object raise :class:`RunError` naming the file."""
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / SUMMARY
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: not UTF-8 text (damaged); rerun `sieve eval` or `sieve report` to rewrite it") from None
+    except OSError as e:
+        raise RunError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise RunError(f"{path}: invalid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise RunError(f"{path}: a run summary must be a JSON object")
+    return obj
+
+
+def write_compact_records(run_dir: str | Path, records: Iterable[dict[str, Any]]) -> Path:
+    """Write ``records`` as the compact shipped-run file (``records.compact.jsonl.gz``, one JSON line
+    each, replaced atomically); :func:`read_records` reads it when ``records.jsonl`` is absent."""
+    d = Path(run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / (COMPACT_RECORDS + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    os.replace(tmp, d / COMPACT_RECORDS)
+    return d / COMPACT_RECORDS
 
 
 def _gzip_complete(path: Path) -> bool:

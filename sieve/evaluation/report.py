@@ -9,7 +9,6 @@ A "What these numbers do not show" section states sample sizes and 95 % Wilson i
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +36,21 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any], list[
     d = Path(run_dir)
     if not d.is_dir():
         raise ReportError(f"run directory not found: {d}")
-    if not (d / "records.jsonl").exists() and not (d / "summary.json").exists():
-        raise ReportError(f"{d} is not a sieve run directory (no records.jsonl / summary.json); run `sieve eval` first")
-    from sieve.evaluation.records import RunError, read_run_config
+    from sieve.evaluation.records import CONFIG, SUMMARY, RunError, has_records, read_run_config, read_summary
 
+    if not has_records(d) and not (d / SUMMARY).exists():
+        raise ReportError(f"{d} is not a sieve run directory (no records.jsonl / summary.json); run `sieve eval` first")
     try:
-        cfg = read_run_config(d / "config.json") if (d / "config.json").exists() else {}
+        cfg = read_run_config(d / CONFIG) if (d / CONFIG).exists() else {}
     except RunError as e:
         raise ReportError(str(e).replace("rerun with --force or use a new --out",
                                          "rerun `sieve eval` with --force")) from None
     records = latest_records(read_records(d))
-    if (d / "summary.json").exists():
+    if (d / SUMMARY).exists():
         try:
-            summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ReportError(f"{d / 'summary.json'}: invalid JSON ({e})") from None
+            summary = read_summary(d)
+        except RunError as e:
+            raise ReportError(str(e)) from None
     else:
         from sieve.evaluation.summary import write_summary
 

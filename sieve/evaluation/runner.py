@@ -85,6 +85,15 @@ def _build_defenses(specs: Sequence[str], calib: dict[str, dict[str, Any]]) -> d
         raise RunError(str(e)) from None
 
 
+def _with_learned(calib: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The calibration mapping of a resumed run: the run's calibration entries, overridden by the
+    parameters its clean condition learned (``config.json`` → ``calibrated``)."""
+    out = {s: dict(p) for s, p in calib.items()}
+    for s, p in learned.items():
+        out[s] = {**out.get(s, {}), **dict(p or {})}
+    return out
+
+
 def run_eval(
     dataset: "str | Path | Dataset",
     out: str | Path,
@@ -193,10 +202,10 @@ def run_eval(
         learned = old.get("calibrated", {}) or {}
     elif existing:
         raise RunError(f"{run_dir} has records.jsonl but no config.json; use a new --out directory or --force")
-    for name, params in learned.items():  # resume: reuse thresholds learned on the clean condition
-        if name in defs:
-            defs[name].set_params(**params)
-            defs[name].threshold_ = getattr(defs[name], defs[name].threshold_param or "", None)
+    if any(name in defs for name in learned):
+        # resume: the parameters learned on the clean condition, applied by the same build path as a
+        # calibration file; learned state that is no parameter (fusion's nulls) is learned again
+        defs = _build_defenses(specs, _with_learned(calib, learned))
 
     seed_everything(seed)
     done = {record_key(r) for r in existing}
@@ -257,7 +266,7 @@ def run_eval(
         llm_health = _llm_health(resources)
         if llm_health:
             cfg["llm_health"] = llm_health
-        cfg["calibrated"] = state.learned | learned
+        cfg["calibrated"] = learned | state.learned   # a resumed run's re-calibration (fusion's nulls) wins
         for s in specs:
             cfg["defenses"][s]["params"] = defs[s].get_params()
         write_run_config(cfg_path, cfg)
@@ -439,29 +448,30 @@ class _RunState:
 
     def _prepare(self, spec: str, cond: str, view: "Snapshot | None", clean: list[Ranking] | None,
                  fit_errors: dict[str, str]) -> None:
-        """Fit ``spec`` on this condition's snapshot and, on the clean condition, calibrate its unset
-        threshold on clean rankings only (:mod:`sieve.experiment.defenses`). Errors are recorded:
-        a failed fit fails the defense's items of this condition; a failed calibration is reported
-        in ``config.json`` (``calibration_errors``)."""
-        from sieve.experiment import calibrate_defense, fit_defense, needs_calibration
+        """Prepare ``spec`` for this condition through :func:`sieve.experiment.prepare_defense`: fit on
+        the condition's snapshot and, on the clean condition (``clean`` given), calibrate it when it is
+        not calibrated, on clean rankings only. Errors are recorded: a failed fit fails the defense's
+        items of this condition; a failed calibration is reported in ``config.json``
+        (``calibration_errors``)."""
+        from sieve.experiment import DefensePreparationError, needs_calibration, prepare_defense
 
         d = self.defs[spec]
-        if d.corpus_time and view is not None:
-            try:
-                fit_defense(self.exp, d, view)
-            except Exception as e:  # noqa: BLE001
-                log.exception("%s: fit on condition %s failed", spec, cond)
-                fit_errors[spec] = f"fit: {type(e).__name__}: {e}"
-                return
-        if clean is None or not needs_calibration(d):
-            return
+        calibrate = clean is not None and needs_calibration(d)
+        got: dict[str, Any] = {}
         try:
-            if not clean:
-                raise ValueError("no clean rankings to calibrate on")
-            self.learned[spec] = jsonable(calibrate_defense(d, clean, self.res, self.clean_budget, self.k_ctx))
-        except Exception as e:  # noqa: BLE001
-            log.exception("%s: calibration failed", spec)
-            self.cfg.setdefault("calibration_errors", {})[spec] = f"{type(e).__name__}: {e}"
+            prepare_defense(self.exp, d, snapshot=view, condition=cond, clean_rankings=clean if calibrate else None,
+                            clean_budget=self.clean_budget, k_ctx=self.k_ctx, calibrate=calibrate, check=False,
+                            learned=got)
+        except DefensePreparationError as e:
+            if e.stage == "fit":
+                log.exception("%s: fit on condition %s failed", spec, cond)
+                fit_errors[spec] = f"fit: {e.detail}"
+            else:
+                log.exception("%s: calibration failed", spec)
+                self.cfg.setdefault("calibration_errors", {})[spec] = e.detail
+            return
+        if calibrate:
+            self.learned[spec] = jsonable(got)
 
     def _evaluate(self, it: EvalItem, spec: str, ranking: Ranking | None, rows: list[dict[str, Any]],
                   error: str | None) -> tuple[dict[str, Any], list[Any]]:

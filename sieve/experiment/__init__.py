@@ -9,6 +9,7 @@ Corpus audits (RSG + ledger flags) are :mod:`sieve.experiment.audit`. See docs/a
 """
 from sieve.experiment.audit import AUDIT_MODES, AuditReport, record_flags, run_audit
 from sieve.experiment.defenses import (
+    DefensePreparationError,
     DefenseSpecError,
     build_defense,
     calibrate_defense,
@@ -18,5 +19,6 @@ from sieve.experiment.defenses import (
 )
 from sieve.experiment.snapshots import Experiment, ExperimentError, Snapshot
 
-__all__ = ["Experiment", "ExperimentError", "Snapshot", "build_defense", "prepare_defense", "calibrate_defense", "fit_defense", "fit_defense",
-           "needs_calibration", "DefenseSpecError", "run_audit", "record_flags", "AUDIT_MODES", "AuditReport"]
+__all__ = ["Experiment", "ExperimentError", "Snapshot", "build_defense", "prepare_defense", "calibrate_defense",
+           "fit_defense", "needs_calibration", "DefenseSpecError", "DefensePreparationError", "run_audit",
+           "record_flags", "AUDIT_MODES", "AuditReport"]

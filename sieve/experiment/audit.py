@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-
 if TYPE_CHECKING:
     from sieve.defenses.rsg import RSGAudit
     from sieve.experiment.snapshots import Experiment, Snapshot
@@ -337,4 +336,4 @@ def _report(audit: "RSGAudit", snap: Any, docs: Sequence["Document"], name: str,
     }
     if layout is not None:
         summary["ray"] = layout
-    return AuditReport(audit, snap, summary, flagged, branches)  # type: ignore[arg-type]
+    return AuditReport(audit, snap, summary, flagged, branches)

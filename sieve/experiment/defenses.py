@@ -4,16 +4,23 @@ This is the only place a defense is prepared (evaluation runner, ``sieve calibra
 dashboard, the HTTP service and the tests all call :func:`prepare_defense`):
 
 1. :func:`build_defense` — a registered name or an ``a+b`` serial spec, with parameters taken from
-   a calibration mapping (``{name: {param: value}}``) under explicit ``params``; unknown parameter
-   names are errors (the defense's ``set_params`` contract).
+   a calibration mapping (``{name: {param: value}}``: a calibration file's, or the parameters an
+   earlier run learned, read back on resume) under explicit ``params``; unknown parameter names
+   are errors (the defense's ``set_params`` contract).
 2. ``fit`` — corpus-time detectors (RSG) are fitted on the snapshot being defended.
-3. :func:`calibrate_defense` — a defense whose threshold is unset learns it on clean rankings only,
-   so that at most ``clean_budget`` of the clean documents it scores would be removed
-   (docs/algorithms.md §9.2; one budget rule, :mod:`sieve.defenses.budget`).
+3. :func:`calibrate_defense` — a defense that is not calibrated (``not defense.is_calibrated()``:
+   its threshold, or other learned state such as fusion's nulls, is unset) learns it on clean
+   rankings only, so that at most ``clean_budget`` of the clean documents it scores would be
+   removed (docs/algorithms.md §9.2; one budget rule, :mod:`sieve.defenses.budget`).
+
+A failed fit or calibration raises :class:`DefensePreparationError` (``.stage`` is ``"fit"`` or
+``"calibrate"``, ``.error`` the original exception), so a caller that must go on — the runner
+fails the items of that condition on a fit error and reports a calibration error in
+``config.json`` — can tell them apart.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from sieve.constants import CLEAN, CLEAN_BUDGET, K_CTX
 
@@ -23,9 +30,34 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
     from sieve.types import Ranking
 
+#: The stages of :func:`prepare_defense` that can fail (:attr:`DefensePreparationError.stage`).
+PREPARATION_STAGES = ("fit", "calibrate")
+
 
 class DefenseSpecError(ValueError):
     """An unknown defense name, a bad serial spec or an unknown parameter (message names them)."""
+
+
+class DefensePreparationError(ValueError):
+    """Fitting (``stage == "fit"``) or calibrating (``stage == "calibrate"``) a defense failed.
+
+    ``error`` is the original exception (also ``__cause__``); ``defense`` the defense's label. The
+    message is the original one when that was already a user-facing ``ValueError``, else it names
+    the defense, the stage and the error type."""
+
+    def __init__(self, stage: str, defense: str, error: BaseException, message: str | None = None) -> None:
+        if stage not in PREPARATION_STAGES:
+            raise ValueError(f"stage must be one of {', '.join(PREPARATION_STAGES)}, got {stage!r}")
+        self.stage, self.defense, self.error = stage, defense, error
+        if message is None:
+            message = (str(error) if isinstance(error, ValueError)
+                       else f"{defense}: {stage} failed: {type(error).__name__}: {error}")
+        super().__init__(message)
+
+    @property
+    def detail(self) -> str:
+        """``"<error type>: <message>"`` of the original error (what run files record)."""
+        return f"{type(self.error).__name__}: {self.error}"
 
 
 def build_defense(spec: str, params: Mapping[str, Any] | None = None,
@@ -47,11 +79,11 @@ def build_defense(spec: str, params: Mapping[str, Any] | None = None,
 
 
 def min_documents(defense: "Defense") -> int | None:
-    """Retrieved documents per query the defense needs to decide at all (class attribute
-    ``min_documents``; for a serial spec, the largest of its stages). ``None`` = no minimum."""
-    stages = getattr(defense, "stages", None) or [defense]
-    needs = [int(n) for s in stages if (n := getattr(s, "min_documents", None))]
-    return max(needs) if needs else None
+    """Retrieved documents per query the defense needs to decide at all: the declared attribute
+    ``Defense.min_documents`` (a serial composition declares the largest of its stages').
+    ``None`` = no minimum."""
+    n = defense.min_documents
+    return int(n) if n is not None else None
 
 
 def check_depth(defense: "Defense", depth: int) -> None:
@@ -73,9 +105,9 @@ def fit_defense(experiment: "Experiment", defense: "Defense", snapshot: "Snapsho
 
 
 def needs_calibration(defense: "Defense") -> bool:
-    """True when the defense has a threshold parameter that is still unset."""
-    p = defense.threshold_param
-    return p is not None and getattr(defense, p, None) is None
+    """True while the defense is not calibrated: its threshold parameter, or other learned state
+    (fusion's clean nulls), is unset (``Defense.is_calibrated``)."""
+    return not defense.is_calibrated()
 
 
 def calibrate_defense(defense: "Defense", clean_rankings: Sequence["Ranking"], resources: "Resources",
@@ -100,27 +132,60 @@ def prepare_defense(experiment: "Experiment", spec: "str | Defense", *, snapshot
                     condition: str = CLEAN, params: Mapping[str, Any] | None = None,
                     calibration: Mapping[str, Mapping[str, Any]] | None = None,
                     clean_budget: float = CLEAN_BUDGET, clean_rankings: Sequence["Ranking"] | None = None,
-                    clean_limit: int | None = None, k_ctx: int | None = K_CTX) -> "Defense":
+                    clean_limit: int | None = None, k_ctx: int | None = K_CTX, calibrate: bool = True,
+                    check: bool = True, learned: dict[str, Any] | None = None) -> "Defense":
     """Build ``spec`` (or take a constructed defense), fit corpus-time detectors on the snapshot of
-    ``condition`` (or ``snapshot``), and calibrate an unset threshold on clean rankings
-    (``clean_rankings``, else the experiment's first ``clean_limit`` clean queries). A defense that
-    cannot run at the experiment's depth (:func:`check_depth`) raises :class:`DefenseSpecError`."""
+    ``condition`` (or ``snapshot``), and — unless ``calibrate`` is false (fit only, e.g. on an
+    attacked condition) — calibrate a defense that is not calibrated on clean rankings
+    (``clean_rankings``, else the experiment's first ``clean_limit`` clean queries).
+
+    ``calibration``: ``{spec: {param: value}}`` applied when ``spec`` is built — a calibration
+    file's thresholds, or what an earlier run learned (resume); a defense whose learned state is
+    not a parameter (fusion's nulls) is still not calibrated then and learns it again here.
+    ``learned``: a dict that receives the parameters calibration set (``{param: value}``).
+
+    A defense that cannot run at the experiment's depth (:func:`check_depth`, skipped when
+    ``check`` is false: saved rankings are not retrieved at that depth) raises
+    :class:`DefenseSpecError`; a failed fit or calibration raises :class:`DefensePreparationError`."""
     d = build_defense(spec, params, calibration) if isinstance(spec, str) else spec
-    check_depth(d, experiment.depth)
-    fit_defense(experiment, d, snapshot, condition)
-    if needs_calibration(d):
-        rankings = list(clean_rankings) if clean_rankings is not None else experiment.clean_rankings(clean_limit)
-        if not rankings:
-            raise ValueError(f"{d.label}: the dataset has no clean queries to calibrate its threshold on; "
-                             f"give the threshold ({d.threshold_param}) explicitly or add queries.jsonl")
-        if d.corpus_time and condition != CLEAN:
-            # corpus-time detectors calibrate on the clean snapshot, then defend the condition's
-            fit_defense(experiment, d, experiment.snapshot(CLEAN))
-            calibrate_defense(d, rankings, experiment.resources, clean_budget, k_ctx)
-            fit_defense(experiment, d, snapshot, condition)
-        else:
-            calibrate_defense(d, rankings, experiment.resources, clean_budget, k_ctx)
+    if check:
+        check_depth(d, experiment.depth)
+    _stage("fit", d, lambda: fit_defense(experiment, d, snapshot, condition))
+    if not calibrate or not needs_calibration(d):
+        return d
+    if clean_rankings is not None:
+        rankings = list(clean_rankings)
+        empty = "no clean rankings to calibrate on"
+    else:
+        rankings = _stage("calibrate", d, lambda: experiment.clean_rankings(clean_limit))
+        empty = (f"{d.label}: the dataset has no clean queries to calibrate its threshold on; "
+                 f"give the threshold ({d.threshold_param}) explicitly or add queries.jsonl")
+    if not rankings:
+        err = ValueError(empty)
+        raise DefensePreparationError("calibrate", d.label, err) from err
+    changed: dict[str, Any] = {}
+    if d.corpus_time and condition != CLEAN:
+        # corpus-time detectors calibrate on the clean snapshot, then defend the condition's
+        _stage("fit", d, lambda: fit_defense(experiment, d, experiment.snapshot(CLEAN)))
+        changed = _stage("calibrate", d, lambda: calibrate_defense(d, rankings, experiment.resources,
+                                                                   clean_budget, k_ctx))
+        _stage("fit", d, lambda: fit_defense(experiment, d, snapshot, condition))
+    else:
+        changed = _stage("calibrate", d, lambda: calibrate_defense(d, rankings, experiment.resources,
+                                                                   clean_budget, k_ctx))
+    if learned is not None:
+        learned.update(changed)
     return d
+
+
+def _stage(stage: str, defense: "Defense", fn: Callable[[], Any]) -> Any:
+    """``fn()``; an exception becomes :class:`DefensePreparationError` of ``stage``."""
+    try:
+        return fn()
+    except DefensePreparationError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every failure of the stage, told apart by its stage
+        raise DefensePreparationError(stage, defense.label, e) from e
 
 
 def _plain(v: Any) -> Any:

@@ -16,8 +16,8 @@ import numpy as np
 
 from sieve.corpus.dataset import Dataset
 from sieve.index.cache import ArtifactCache
-from sieve.index.storage import CHECKED_FILES, MANIFEST_FORMAT, atomic_write, file_sha256, safe_name, save_npy
 from sieve.index.shipped import PACK_DIR, seed_from_pack
+from sieve.index.storage import CHECKED_FILES, MANIFEST_FORMAT, atomic_write, file_sha256, safe_name, save_npy
 from sieve.index.vector import VectorIndex
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 EMBED_BATCH = 256
 """Documents per ``Embedder.encode`` call while indexing. The encoder sorts them by length inside the
-call, so a larger call pads less (mpnet fp32: calls of 32 at 32 per pass gave 4.4 docs/s, one sorted
-call at 8 per pass 9.8 docs/s); the progress bar moves once per call. Sequences per forward pass:
+call, so a larger call pads less (more than twice the docs/s of calls of 32: docs/results/speed.md
+§3); the progress bar moves once per call. Sequences per forward pass:
 :func:`sieve.models.batching.embed_batch`."""
 
 
@@ -50,8 +50,8 @@ def flat_ip(vectors: np.ndarray) -> Any:
 
 @contextlib.contextmanager
 def single_thread_faiss() -> Iterator[None]:
-    """One query is faster on one OpenMP thread (measured: 3 ms vs 22 ms CPU for 20k x 768 on a
-    busy 2-core machine, where OpenMP threads spin); batch callers keep FAISS's own setting."""
+    """One query is faster on one OpenMP thread: on a busy machine the other threads spin instead of
+    working (docs/results/speed.md §3); batch callers keep FAISS's own setting."""
     import faiss
 
     prev = faiss.omp_get_max_threads()

@@ -8,8 +8,8 @@ corpus is never held twice in float32.
 
 Modes (:func:`plan_knn` picks one for ``mode="auto"``):
 
-* ``exact`` — FAISS ``IndexFlatIP``, blocked queries (BLAS). O(N²·d): ≈ 1,700 docs/s at 100k on
-  2 cores, so auto uses it only up to ``EXACT_MAX`` documents.
+* ``exact`` — FAISS ``IndexFlatIP``, blocked queries (BLAS). O(N²·d), so auto uses it only up to
+  ``EXACT_MAX`` documents (throughput at 100k: docs/results/scale.md).
 * ``ivf`` — an IVF-Flat self-join with redundant assignment. FAISS k-means trains ``nlist``
   centroids on a sample (the coarse quantizer); a FAISS flat search over the centroids gives every
   document its ``nprobe`` nearest lists. A document is a *query* of its nearest list and is *posted*
@@ -42,7 +42,7 @@ IVF_MIN_LISTS = 16
 IVF_MAX_LISTS = 8192
 #: lists each document is posted in. Neighbourhoods of retriever embeddings sit inside one topic;
 #: 4 gave recall@16 0.990 and 8 gave 0.994 on the 100k clustered synthetic corpus
-#: (sieve/scale/synthetic.py); 6 keeps a margin for less clustered corpora.
+#: (sieve/scale/synthetic.py; docs/results/scale.md); 6 keeps a margin for less clustered corpora.
 IVF_NPROBE = 6
 #: k-means training: FAISS's k-means needs ≥ 39 points per centroid to be stable (it warns below);
 #: 40 is enough for a partition that only prunes candidates (recall is measured, not assumed);
@@ -60,7 +60,7 @@ BLOCK = 1024
 #: exact blocks are also capped by memory: each (query, candidate) pair costs 16 bytes (float32
 #: similarity, its negation and argpartition's int64 index in ``_top_k``), so a block holds at most
 #: this budget ÷ (16·N) rows — 1,024 rows up to N ≈ 32k, 33 rows at 1M. Without the cap the
-#: 1,000-row recall sample alone took 16 GB at 1M (peak RSS 17.9 GiB; issue 13).
+#: 1,000-row recall sample alone needs 1,000 × N × 16 bytes, 16 GB at 1M (docs/results/scale.md).
 EXACT_BLOCK_BYTES = 512 << 20
 #: sample of rows on which recall@k against exact is measured with every approximate audit:
 #: 1,000 rows give the mean recall ± 0.01 (95 %) when per-row recall has s.d. ≤ 0.15.
@@ -290,8 +290,8 @@ def knn_graph(vectors: Any, k: int = 16, mode: str = "auto", *, plan: KnnPlan | 
             bar(rows.size)
     elif plan.mode == "ivf":
         part = train_ivf(x, plan)
-        for mem, ids, s in ivf_lists(x, part, range(plan.nlist), k):
-            nb_i[mem], nb_s[mem] = ids, s
+        for mem, ids, sims in ivf_lists(x, part, range(plan.nlist), k):
+            nb_i[mem], nb_s[mem] = ids, sims
             bar(mem.size)
     else:
         index = build_hnsw(x, plan)

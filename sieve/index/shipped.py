@@ -1,4 +1,4 @@
-"""Shipped per-document artifacts: the demo starts warm (issue 15).
+"""Shipped per-document artifacts: the demo starts warm (first explorer call: docs/results/dashboard.md).
 
 Besides the retriever vectors (:func:`sieve.index.export_index_artifacts`), a dataset may carry an
 *artifact pack* in ``<dataset>/.artifacts/pack/``: the query-independent per-document arrays the
@@ -23,6 +23,7 @@ Rebuild the demo's vectors and pack (after the corpus, the attacks or a default 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -92,7 +93,7 @@ def export_pack(dataset: "Dataset", resources: Any, kinds: Sequence[str] = ("jud
         data = data.astype(np.float16 if kind == "judge" else np.float32)
         offsets = np.cumsum([0] + [a.size for a in arrays]).astype(np.int64)
         name = _file_name(ckind, model_id)
-        atomic_write(out / name, lambda p: _save_npz(p, keys, offsets, data))
+        atomic_write(out / name, functools.partial(_save_npz, keys=keys, offsets=offsets, data=data))
         files.append({"file": name, "kind": ckind, "role": kind, "model_id": model_id, "n": len(keys),
                       "sha256": file_sha256(out / name), "bytes": (out / name).stat().st_size})
     manifest = {"format": PACK_FORMAT, "corpus_hash": corpus_hash(dataset.documents),

@@ -2,7 +2,7 @@
 
 A workspace holds ``manifest.json``, ``vectors.f16.npy``, ``ids.json`` and ``index.faiss``; every
 file is written atomically and the manifest last, so a crash leaves a set the next open rebuilds.
-The manifest carries the sha256 of every file (issue 14 item 2), verified on every open: same-size
+The manifest carries the sha256 of every file, verified on every open: same-size
 damage (zeroed rows in the vectors, bytes flipped in the FAISS file) is detected and rebuilt, never
 searched. A manifest from before checksums is upgraded in place once the files agree with it.
 """
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from sieve.corpus.hashing import corpus_hash
+from sieve.safe_io import file_sha256  # one checksum function (also re-exported here)
 from sieve.types import Document
-from sieve.safe_io import file_sha256  # noqa: F401  (one checksum function; re-exported)
 
 if TYPE_CHECKING:
     from sieve.models.protocols import Embedder
@@ -39,7 +39,7 @@ def safe_name(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_") or "model"
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:

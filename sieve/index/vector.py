@@ -22,8 +22,15 @@ import numpy as np
 from sieve.corpus.hashing import corpus_hash
 from sieve.index.cache import ArtifactCache
 from sieve.index.embedding import embed_documents, finalise, flat_ip, normalise, single_thread_faiss
-from sieve.index.storage import (make_manifest, read_faiss, read_shipped, read_workspace, workspace_lock,
-                                 write_faiss, write_workspace)
+from sieve.index.storage import (
+    make_manifest,
+    read_faiss,
+    read_shipped,
+    read_workspace,
+    workspace_lock,
+    write_faiss,
+    write_workspace,
+)
 from sieve.types import Document, RankedDocument, Ranking
 
 if TYPE_CHECKING:
@@ -204,10 +211,10 @@ class VectorIndex:
                 faiss_idx = flat_ip(v32)
                 write_workspace(ws, manifest, v16, ids, faiss_idx)
             else:
-                manifest = {**manifest, "created": old[0].get("created", manifest["created"])}  # type: ignore[index]
+                manifest = {**manifest, "created": m.get("created", manifest["created"])}
                 if faiss_idx is None:   # missing or damaged FAISS file: rebuilt from the verified vectors
                     faiss_idx = flat_ip(v32)
-                    write_faiss(ws, old[0], faiss_idx)  # type: ignore[index]
+                    write_faiss(ws, m, faiss_idx)
                     reason += "; index.faiss rebuilt from the vectors"
         rep = BuildReport(action, reason, len(docs), n_embedded, time.perf_counter() - t0, ws)
         log.info("index %s: %s (%d documents, %d embedded)", action, reason, len(docs), n_embedded)

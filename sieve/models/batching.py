@@ -1,14 +1,15 @@
-"""Batched model work over many documents (issue 15): length-sorted, padded batches.
+"""Batched model work over many documents: length-sorted, padded batches.
 
 Every per-document model call of Sieve that runs over many texts goes through here — causal-LM
 NLL traces (RSQ E_p, perplexity filter), token states (RSQ E_s) — so cache misses are filled batch
 by batch instead of one forward pass per text. Models without a batched method (the tiny test
 models of :mod:`sieve.models.tiny`) are called one text at a time; the result is the same.
 
-Batch sizes are tuned on the 2-core CPU this project targets (``sieve bench models``): padding
-waste grows with the batch, so length sorting matters more than size; beyond 8 sequences of up
-to 512 tokens the causal LM gains nothing on 2 threads, the 6-layer token encoder keeps gaining
-up to 32. More threads ⇒ larger batches pay (:func:`batch_size`).
+Batch sizes are tuned on the 2-core CPU this project targets (``sieve bench models``; the
+measurements are in docs/results/speed.md): padding waste grows with the batch, so length sorting
+matters more than size; beyond 8 sequences of up to 512 tokens the causal LM gains nothing on 2
+threads, the 6-layer token encoder keeps gaining up to 32. More threads ⇒ larger batches pay
+(:func:`batch_size`).
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ LM_BATCH = 8
 STATES_BATCH = 32
 """Token-encoder sequences per forward pass at 2 threads (MiniLM-L6, ≤ 256 tokens)."""
 EMBED_BATCH = 8
-"""Sentence-encoder sequences per forward pass at 2 threads (mpnet fp32 on 96 demo passages, one
-length-sorted call: 9.8 docs/s at 8, 8.0 at 16, 6.3 at 32). An embedder may declare its own
-``encode_batch`` (the bfloat16 encoder: 16, 34 docs/s against 23 at 32)."""
+"""Sentence-encoder sequences per forward pass at 2 threads: mpnet fp32 was fastest at 8 (larger
+batches pad more; docs/results/speed.md §3). An embedder may declare its own ``encode_batch`` (the
+bfloat16 encoder: 16)."""
 
 
 def embed_batch(embedder: Any) -> int:

@@ -26,10 +26,10 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from sieve.models.errors import ModelError
-from sieve.safe_io import file_sha256  # noqa: F401  (one checksum function; re-exported)
+from sieve.safe_io import file_sha256  # one checksum function (also re-exported here)
 
 MANIFEST = ".sieve-cache.json"
 ALWAYS_HASH_BYTES = 32 * 2**20
@@ -245,15 +245,15 @@ def dequantise_gguf(gguf_dir: Path, gguf_name: str, dest: Path, *, save_dtype: s
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     t0 = time.time()
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.enable_progress_bar()   # the dequantising bar is the build's progress
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name, local_files_only=True)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32,
+                                                          local_files_only=True)
     finally:
         if not was_enabled:
             hf_logging.disable_progress_bar()

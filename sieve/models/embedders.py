@@ -38,7 +38,7 @@ class SentenceTransformerEmbedder:
         if max_tokens:
             self.st.max_seq_length = int(max_tokens)
         self.max_tokens: int = int(self.st.max_seq_length or 512)
-        dim_of = getattr(self.st, "get_embedding_dimension", None) or self.st.get_sentence_embedding_dimension
+        dim_of: Any = getattr(self.st, "get_embedding_dimension", None) or self.st.get_sentence_embedding_dimension
         self.dim: int = int(dim_of())
         self.tokenizer: Any = self.st.tokenizer
         self.hf_model: Any = self.st[0].auto_model
@@ -69,7 +69,7 @@ def _pooling_mode(st: Any) -> str:
         mode = getattr(module, "pooling_mode", None) or getattr(module, "get_pooling_mode_str", lambda: None)()
         if mode:
             return str(mode).replace("_tokens", "")
-        cfg = getattr(module, "get_config_dict", lambda: {})()
+        cfg: dict[str, Any] = getattr(module, "get_config_dict", lambda: {})()
         for key in ("pooling_mode_mean_tokens", "pooling_mode_cls_token", "pooling_mode_max_tokens"):
             if cfg.get(key):
                 return {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",

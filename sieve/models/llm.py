@@ -7,7 +7,7 @@
 
 The API key is only ever sent in the Authorization header; it never appears in errors or reprs.
 
-Degraded runs say so (issue 14): both clients count their calls and failures (``n_calls``,
+Degraded runs say so: both clients count their calls and failures (``n_calls``,
 ``n_errors``; :meth:`health`), which ``sieve eval`` records per defense (``n_llm_errors`` in
 summary.json). :class:`OpenAIChatClient` has a circuit breaker: after ``breaker_failures``
 consecutive failed attempts (HTTP 5xx/429, malformed reply, timeout, refused connection) it stops
@@ -158,7 +158,7 @@ class OpenAIChatClient(_Counted):
                     continue
                 self._attempt_ok()   # the endpoint answered; the request itself was refused
                 raise LLMError(self._scrub(f"LLM endpoint {self.base_url} refused the request: {last}")) from None
-            except Exception as e:  # malformed body, validation errors
+            except Exception as e:  # noqa: BLE001 - malformed body, validation errors
                 self._attempt_failed()
                 raise LLMError(self._scrub(
                     f"LLM endpoint {self.base_url} returned an unreadable response ({type(e).__name__})")) from None
@@ -203,7 +203,7 @@ class LocalLLM(_Counted):
         except LLMError as e:
             self._count(str(e))
             raise
-        except Exception as e:  # noqa: BLE001 - a model failure must fail open upstream, not crash
+        except Exception as e:   # re-raised as LLMError: a model failure must fail open upstream, not crash
             msg = f"local model {self.name} failed to generate: {type(e).__name__}: {e}"
             self._count(msg)
             raise LLMError(msg) from e
@@ -213,7 +213,7 @@ class LocalLLM(_Counted):
     def nll(self, answer: str, context: str) -> float:
         try:
             out = float(self.lm.answer_nll(answer, context))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:   # re-raised as LLMError
             msg = f"local model {self.name} failed to score: {type(e).__name__}: {e}"
             self._count(msg)
             raise LLMError(msg) from e

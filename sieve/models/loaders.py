@@ -84,6 +84,7 @@ def load_causal_lm(name: str = MODEL_DEFAULTS["causal_lm"], config: SieveConfig 
         elif res.path is not None and res.path.is_file() and res.path.suffix == ".gguf":
             path = local_gguf_dir(res.path, cfg.cache_dir)
         else:
+            assert res.path is not None   # a resolution without a spec is a local path or HF cache entry
             path = res.path
         return HFCausalLM(path, res.model_id)
 

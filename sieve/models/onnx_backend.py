@@ -1,5 +1,5 @@
 """Encoder backends: ONNX Runtime for the sentence encoders and the token encoder, and bfloat16
-PyTorch for the sentence encoders (issue 15; docs/models.md, section "Encoder backends").
+PyTorch for the sentence encoders (docs/models.md, section "Encoder backends").
 
 Selected with ``models.backend`` in the config (:class:`sieve.config.ModelsConfig`): ``"torch"``
 (default), ``"onnx"``, ``"onnx-int8"`` or ``"torch-bf16"``. PyTorch stays the fallback: when ``onnxruntime`` is not
@@ -13,9 +13,9 @@ installed, the export fails, or the verification below fails, Sieve warns once a
   embedding, or token state) must have cosine ≥ :data:`MIN_COSINE` (0.999) to the PyTorch one;
   otherwise the build fails and PyTorch is used.
 * **int8 only inside a stated tolerance** — dynamic quantisation, per-channel weights, MatMul only
-  (attention and the embeddings stay fp32). Naive int8 of mpnet measured a minimum cosine of 0.59
-  (issue 15); per-channel MatMul-only 0.85 on the demo. A high cosine is not enough: MiniLM int8
-  reached 0.992 but retrieved a different top 10 for some queries (agreement 0.930). The gate is
+  (attention and the embeddings stay fp32). mpnet's activation outliers make int8 lose accuracy,
+  and a high cosine is not enough either: an int8 encoder can stay close in cosine and still
+  retrieve a different top 10 for some queries (numbers: docs/results/speed.md §4). The gate is
   therefore the retrieval itself — on the probe shipped with the code (``retrieval_probe.json``
   next to this module: 64 demo queries × 192 demo passages), the recall@10 agreement of the int8
   top 10 with the PyTorch top 10 (mean over queries of |top10_int8 ∩ top10_torch| / 10) must be
@@ -263,6 +263,14 @@ class OnnxSentenceEmbedder:
     for fp32, the same ``model_id`` as :class:`~sieve.models.embedders.SentenceTransformerEmbedder`.
     ``hf_model`` (white-box attacks) is the PyTorch model it was exported from."""
 
+    # kept from the PyTorch embedder by _adopt()
+    torch: Any
+    tokenizer: Any
+    hf_model: Any
+    pooling: str
+    max_tokens: int
+    dim: int
+
     def __init__(self, torch_embedder: Any, cache_dir: Path, int8: bool = False):
         _adopt(self, torch_embedder)
         self.int8 = int8
@@ -378,6 +386,14 @@ class Bf16SentenceEmbedder:
     192 demo passages at 16, 29 at 8, 23 at 32)."""
 
     GATE = "bf16-recall@10-v1"
+
+    # kept from the PyTorch embedder by _adopt()
+    torch: Any
+    tokenizer: Any
+    hf_model: Any
+    pooling: str
+    max_tokens: int
+    dim: int
 
     def __init__(self, torch_embedder: Any, cache_dir: Path):
         import copy

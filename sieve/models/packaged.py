@@ -10,9 +10,22 @@ from typing import Any
 
 import sieve.models.cache as _cache
 from sieve.models.errors import ModelError
-from sieve.models.registry import (SOURCE_ENGINE, SOURCE_GGUF, SOURCE_PACKAGE_DIR, SOURCE_SPLIT_ZIP, ModelSpec,
-                                   require_packages)
+from sieve.models.registry import (
+    SOURCE_ENGINE,
+    SOURCE_GGUF,
+    SOURCE_PACKAGE_DIR,
+    SOURCE_SPLIT_ZIP,
+    ModelSpec,
+    require_packages,
+)
 from sieve.models.threads import configure_threads
+
+
+def _located(spec: ModelSpec) -> list[Path]:
+    """The package files of a packaged model (its spec's ``locate``)."""
+    if spec.locate is None:   # pragma: no cover - every packaged spec has one
+        raise ModelError(f"{spec.name}: no package files to locate")
+    return spec.locate(spec)
 
 
 def cache_entry(spec: ModelSpec, cache_dir: Path) -> Path:
@@ -23,7 +36,7 @@ def ensure_model_dir(spec: ModelSpec, cache_dir: Path, role: str = "model", prog
     """The loadable directory of a packaged model, building its cache first if needed."""
     require_packages(spec, role)
     if spec.source in (SOURCE_PACKAGE_DIR, SOURCE_ENGINE):
-        path = spec.locate(spec)[0]
+        path = _located(spec)[0]
         bad = [rel for rel, size in spec.expected_sizes.items()
                if not (path / rel).exists() or (path / rel).stat().st_size != size]
         if bad:
@@ -33,7 +46,7 @@ def ensure_model_dir(spec: ModelSpec, cache_dir: Path, role: str = "model", prog
     if spec.source == SOURCE_SPLIT_ZIP:
         def build(tmp: Path) -> dict:
             _cache.say(f"sieve: building the {spec.name} cache (join + unzip, ≈15 s, once) in {entry}")
-            return _cache.extract_split_zip(spec.locate(spec), tmp, progress=progress)
+            return _cache.extract_split_zip(_located(spec), tmp, progress=progress)
     elif spec.source == SOURCE_GGUF:
         def build(tmp: Path) -> dict:
             secs = "≈30 s" if (spec.source_size or 0) < 200_000_000 else "≈90 s"
@@ -51,7 +64,7 @@ def expected_info(spec: ModelSpec) -> dict:
 
 
 def gguf_build(spec: ModelSpec, tmp: Path, progress: bool) -> dict:
-    parts = spec.locate(spec)
+    parts = _located(spec)
     info: dict[str, Any] = {}
     if len(parts) == 1 and spec.source_sha256 is None:
         src = parts[0]

@@ -107,7 +107,7 @@ class UnigramLM:
     def generate(self, prompt: str, system: str | None = None, max_new_tokens: int = 64) -> str:
         if self._reply is not None:
             return self._reply(prompt)
-        return max(self.counts, key=self.counts.get) if self.counts else ""
+        return max(self.counts, key=lambda w: self.counts[w]) if self.counts else ""
 
 
 class ScriptedLLM:

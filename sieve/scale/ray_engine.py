@@ -1,4 +1,4 @@
-"""RSG as a Ray Data pipeline (``sieve audit --engine ray``; issue 13). Optional extra ``sieve[ray]``.
+"""RSG as a Ray Data pipeline (``sieve audit --engine ray``). Optional extra ``sieve[ray]``.
 
 Layout (the same audit as the local engine, docs/algorithms.md §4):
 
@@ -41,8 +41,17 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from sieve.defenses.rsg import (DensityStats, RSGAudit, RSGParams, TokenSets, _plan_args, _recall, _validate,
-                                assemble_audit, density_statistics)
+from sieve.defenses.rsg import (
+    DensityStats,
+    RSGAudit,
+    RSGParams,
+    TokenSets,
+    _plan_args,
+    _recall,
+    _validate,
+    assemble_audit,
+    density_statistics,
+)
 from sieve.index.knn import BLOCK, exact_rows, ivf_lists, plan_knn, train_ivf
 
 #: IVF lists per knn batch: with ~400-document lists a batch is ~10⁵ query×candidate products per
@@ -174,7 +183,7 @@ class KnnActor:
         self.k = int(plan["k"])
         self.mode = plan["mode"]
         self.part = ray.get(partition) if isinstance(partition, ray.ObjectRef) else partition
-        self.index = None
+        self.index: Any = None
         if hnsw_bytes is not None:
             import faiss
 

@@ -1,4 +1,4 @@
-"""Streaming corpus ingestion into float16 memory-mapped shards with a manifest (issue 13).
+"""Streaming corpus ingestion into float16 memory-mapped shards with a manifest.
 
 A corpus larger than memory is read in chunks (JSONL lines or Parquet row batches with ``id`` and
 ``text``), each chunk embedded in one batch call and written as one shard:
@@ -255,7 +255,9 @@ def ingest(source: Path, out: Path, embed: Embedder | None, model_id: str, *, ch
         stream: Iterator[tuple[list[str], list[str], np.ndarray]] = (
             (*pending.pop(0), v) for v in embed_chunks(chunks()))
     else:
-        stream = ((ids, texts, embed(texts)) for ids, texts in read_chunks(source, chunk_rows, skip_rows=done))
+        embed_one = embed
+        assert embed_one is not None   # exactly one of embed / embed_chunks (checked above)
+        stream = ((ids, texts, embed_one(texts)) for ids, texts in read_chunks(source, chunk_rows, skip_rows=done))
     for ids, texts, vec in stream:
         vec = np.asarray(vec, dtype=np.float32)
         if vec.ndim != 2 or vec.shape[0] != len(ids):

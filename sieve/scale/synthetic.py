@@ -1,4 +1,4 @@
-"""Synthetic corpora for the scale benchmarks and tests (issue 13).
+"""Synthetic corpora for the scale benchmarks (docs/results/scale.md) and tests.
 
 Uniform random vectors are the wrong stand-in for retriever embeddings: in 384 dimensions every
 pair is nearly orthogonal, there is no neighbourhood structure, and approximate kNN recall collapses

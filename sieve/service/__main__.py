@@ -11,8 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from sieve.runtime import configure_process_environment
 
 
 def parser() -> argparse.ArgumentParser:
@@ -76,6 +75,7 @@ def build_state(a: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    configure_process_environment()   # before uvicorn, the app and the models (torch) load
     a = parser().parse_args(argv)
     try:
         import uvicorn

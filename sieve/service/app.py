@@ -211,8 +211,9 @@ def create_app(state: ServiceState) -> FastAPI:
                 loc = ["body", "why"] if status == 422 else ["path", "alert_id"]
                 raise HTTPException(status, detail=[{"loc": loc, "msg": str(e), "type": "ledger"}]) from None
 
-    transition_errors = {404: {"model": S.ErrorBody, "description": "Unknown alert."},
-                         409: {"model": S.ErrorBody, "description": "Transition not allowed from the alert's state."}}
+    transition_errors: dict[int | str, dict[str, Any]] = {
+        404: {"model": S.ErrorBody, "description": "Unknown alert."},
+        409: {"model": S.ErrorBody, "description": "Transition not allowed from the alert's state."}}
 
     @app.post("/v1/alerts/{alert_id}/confirm", response_model=S.AlertOut, dependencies=guard, tags=["ledger"],
               responses=transition_errors)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("llama_index.core")
-from llama_index.core import VectorStoreIndex  # noqa: E402
-from llama_index.core.llms.mock import MockLLM  # noqa: E402
-from llama_index.core.schema import QueryBundle, TextNode  # noqa: E402
+from llama_index.core import VectorStoreIndex
+from llama_index.core.llms.mock import MockLLM
+from llama_index.core.schema import QueryBundle, TextNode
 
-from sieve.adapters.llamaindex import SieveEmbedding, SievePostprocessor  # noqa: E402
-from sieve.ledger import Flag, Ledger  # noqa: E402
-from sieve.types import content_hash  # noqa: E402
+from sieve.adapters.llamaindex import SieveEmbedding, SievePostprocessor
+from sieve.ledger import Flag, Ledger
+from sieve.types import content_hash
 
 
 @pytest.fixture(scope="module")

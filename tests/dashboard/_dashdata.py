@@ -53,7 +53,7 @@ def write_tiny_dataset(root: Path) -> Path:
     return root
 
 
-def tiny_resources(dataset_dir: Path):  # noqa: ANN201
+def tiny_resources(dataset_dir: Path):
     from sieve.corpus import load_dataset
     from sieve.dashboard.session import make_resources
 

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from _dashdata import write_tiny_dataset, write_tiny_run
-from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, streamlit_app
 from test_browser import _wait_rendered
+
+from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, streamlit_app
+from _dashdata import write_tiny_dataset, write_tiny_run
 
 pytestmark = [pytest.mark.browser]
 
@@ -30,13 +30,13 @@ pytestmark = [pytest.mark.browser]
 class _Counter(http.server.BaseHTTPRequestHandler):
     hits: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:   # the http.server API's name
         type(self).hits.append(self.path)
         self.send_response(200)
         self.send_header("Content-Type", "image/png")
         self.end_headers()
 
-    def log_message(self, *args) -> None:  # noqa: ANN002
+    def log_message(self, *args) -> None:
         pass
 
 

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_browser import _wait_rendered
 
 from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, full_shot, streamlit_app
 from _dashdata import write_tiny_dataset, write_tiny_run
-from test_browser import _wait_rendered
 
 pytestmark = [pytest.mark.browser]
 

@@ -18,7 +18,7 @@ class FixedEmbedder:
         self.model_id = model_id
         self.max_tokens = 256
 
-    def encode(self, texts, kind="passage", batch_size=32, progress=False):  # noqa: ANN001
+    def encode(self, texts, kind="passage", batch_size=32, progress=False):
         return np.vstack([self.vectors[t] for t in texts]).astype(np.float32)
 
 
@@ -30,7 +30,7 @@ def ranking_of(query: str, texts: Sequence[str], ids: Sequence[str] | None = Non
                            enumerate(zip(ids, texts, poison))], query_id="q1")
 
 
-def resources_with(judge=None, llm=None, lm=None) -> Resources:  # noqa: ANN001
+def resources_with(judge=None, llm=None, lm=None) -> Resources:
     from sieve.models.tiny import HashingEmbedder, HashingTokenEncoder, UnigramLM
 
     return Resources(retriever=HashingEmbedder(64), judge=judge or HashingEmbedder(48, "tiny-judge"),

@@ -30,13 +30,13 @@ MENTION = ("Vicente Pinzón reached the mouth of a great river in 1500 and named
 FILLER = [f"The rainforest station number {i} records rainfall, levels and the growth of trees." for i in range(6)]
 
 
-def snapshot(texts, ids=None):  # noqa: ANN001
+def snapshot(texts, ids=None):
     """What ``fit`` reads of a snapshot: ``ids`` and ``documents`` with ``.text``."""
     ids = ids or [f"d{i}" for i in range(len(texts))]
     return SimpleNamespace(ids=ids, documents=[SimpleNamespace(text=t) for t in texts])
 
 
-def stat(texts, candidates=(0, 1, 2, 3, 4), corpus=None, **kw):  # noqa: ANN001
+def stat(texts, candidates=(0, 1, 2, 3, 4), corpus=None, **kw):
     """The corpus statistic of ``candidates`` of the ranking ``texts`` against ``corpus`` (default: the ranking)."""
     corpus = texts if corpus is None else corpus
     index = AnswerIndex.build([f"d{i}" for i in range(len(corpus))], corpus)

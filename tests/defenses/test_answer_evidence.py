@@ -36,7 +36,7 @@ def test_extractor_reads_the_answer_phrase_not_the_query():
     assert a.sentence.startswith("Vicente")
 
 
-def resources_for(extractor: str, request) -> Resources:  # noqa: ANN001
+def resources_for(extractor: str, request) -> Resources:
     """Tiny models for the lexical extractor; the packaged causal LM (session fixture) for ``lm``."""
     if extractor == "lexical":
         return resources_with()
@@ -45,7 +45,7 @@ def resources_for(extractor: str, request) -> Resources:  # noqa: ANN001
                      token_encoder=base.token_encoder, llm=None, cache=ArtifactCache.in_memory())
 
 
-def scored(extractor: str, texts, request):  # noqa: ANN001
+def scored(extractor: str, texts, request):
     """The ranking statistic of the first five passages against the rest, with ``extractor``."""
     d = AnswerConsistency(extractor=extractor, reference="ranking")
     res = resources_for(extractor, request)

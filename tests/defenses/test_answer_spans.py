@@ -53,10 +53,10 @@ class CharTokenizer:
     pad_token_id = 0
     eos_token = "\0"
 
-    def __call__(self, text, add_special_tokens=False):  # noqa: ANN001
+    def __call__(self, text, add_special_tokens=False):
         return {"input_ids": [b + 1 for b in text.encode("utf-8")]}
 
-    def decode(self, ids):  # noqa: ANN001
+    def decode(self, ids):
         return bytes(i - 1 for i in ids if i > 0).decode("utf-8", "replace")
 
 
@@ -107,11 +107,11 @@ def test_models_without_a_kv_cache_score_through_answer_nll():
 
 # ---- cache and extractor choice ---------------------------------------------------------------
 class CountingLM(UnigramLM):
-    def __init__(self, *a, **kw):  # noqa: ANN002, ANN003
+    def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.calls = 0
 
-    def answer_nll(self, answer, context):  # noqa: ANN001
+    def answer_nll(self, answer, context):
         self.calls += 1
         return super().answer_nll(answer, context)
 

@@ -50,7 +50,9 @@ def _llm(kind: str):
             return "Sydney" if "Sydney" in prompt.split("Query:")[0] else "Canberra"
         return "Canberra"
 
-    scorer = (lambda a, c: 2.0 if "Sydney" in c else (0.3 if not c.startswith("Context:") else 0.1))
+    def scorer(a, c):
+        return 2.0 if "Sydney" in c else (0.3 if not c.startswith("Context:") else 0.1)
+
     return ScriptedLLM(reply, scorer=scorer if kind == "likelihood" else None)
 
 
@@ -166,6 +168,37 @@ def test_redecide_at_current_thresholds_reproduces_inspect(spec):
         assert all(x.removed <= y.removed for x, y in zip(loose, ins.decisions)), knob
 
 
+@pytest.mark.parametrize("llm_kind", ["none", "prompted", "likelihood"])
+@pytest.mark.parametrize("spec", SPECS)
+def test_score_then_decide(spec, llm_kind):
+    """inspect = decide(score) at the current thresholds (for adaptive methods: decide over the final
+    scores, after refine); redecide from the stored decisions gives the same decisions; scoring does
+    not depend on the thresholds and decide is pure."""
+    ranking = _ranking()
+    res = resources_with(judge=HashingEmbedder(48, "tiny-judge"), llm=_llm(llm_kind))
+    d = _prepare(spec, res)
+    thr = d.current_thresholds()
+    ins = d.inspect(ranking, res, k_ctx=5)
+    assert ins.scores is not None and len(ins.scores.items) == len(ranking.documents)
+    assert d.decide(ins.scores, thr) == ins.decisions
+    assert d.decide(ins.scores, thr) == d.decide(ins.scores, thr)          # pure: same input, same output
+    assert d.redecide(ins.decisions, thr) == ins.decisions
+    if not d.adaptive:
+        assert d.decide(d.score(ranking, res, 5), thr) == ins.decisions
+        # score never reads a threshold: moving every knob leaves the scores unchanged
+        before = d.score(ranking, res, 5)
+        moved = {k: (v + 1.0 if v is not None else 1.0) for k, v in thr.items()}
+        if d.threshold_param and "+" not in spec:
+            d.set_params(**{d.threshold_param: moved.get(d.calibrated_knob, 1.0)})
+        assert d.score(ranking, res, 5).items == before.items
+
+
+def test_a_defense_cannot_define_the_protocol_methods():
+    for method in ("inspect", "apply", "redecide", "calibrate", "run"):
+        with pytest.raises(TypeError, match="implement score\\(\\) and decide\\(\\)"):
+            type("Bad", (Defense,), {method: lambda self, *a, **k: None, "name": "bad"})
+
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_set_params_rejects_unknown_names(spec):
     d = build_defense(spec)
@@ -179,7 +212,11 @@ def test_set_params_rejects_unknown_names(spec):
             DEFENSES.create(spec, bogus=1)
         with pytest.raises(TypeError, match="unknown parameter 'bogus'"):
             type(d)(bogus=1)
-        assert d.get_params() == {n: getattr(d, n) for n in type(d).param_names()}
+        top = {n: getattr(d, n) for n in type(d).param_names()}
+        if getattr(type(d), "nested_params", False):   # a composition also reports its stages' stage__param
+            assert top.items() <= d.get_params().items()
+        else:
+            assert d.get_params() == top
         d.set_params(**d.get_params())   # every reported parameter is settable
 
 

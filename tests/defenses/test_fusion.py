@@ -9,7 +9,7 @@ import pytest
 
 from _tris_fakes import ranking_of, resources_with
 from sieve.defenses.fusion import Fusion
-from sieve.types import Document, RankedDocument, Ranking
+from sieve.types import RankedDocument, Ranking
 
 Q = "What is the capital of Australia?"
 CLEAN = [f"Passage {i} about region {i % 7}: farming, mining and trade routes described in guide {i}." for i in range(60)]

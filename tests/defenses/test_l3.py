@@ -6,8 +6,15 @@ import json
 import pytest
 
 from _tris_fakes import ranking_of, resources_with
-from sieve.defenses.l3 import (LikelihoodVerifier, PaperVerifier, PromptedVerifier, is_abstention, make_verifier,
-                               neutralise_markers, parse_verdict)
+from sieve.defenses.l3 import (
+    LikelihoodVerifier,
+    PaperVerifier,
+    PromptedVerifier,
+    is_abstention,
+    make_verifier,
+    neutralise_markers,
+    parse_verdict,
+)
 from sieve.models.errors import LLMError
 from sieve.models.tiny import ScriptedLLM
 from sieve.registry import DEFENSES
@@ -203,8 +210,8 @@ def _clean_for_l3(j: int):
 
 
 def test_tris_l3_threshold_is_calibrated_to_the_clean_budget():
-    from sieve.registry import DEFENSES
     from _tris_fakes import resources_with
+    from sieve.registry import DEFENSES
 
     res = resources_with(llm=_wrong_closed_book_llm())
     clean = [_clean_for_l3(j) for j in range(8)]          # 40 clean documents, 16 mention Canberra
@@ -224,8 +231,8 @@ def test_tris_l3_threshold_is_calibrated_to_the_clean_budget():
 
 
 def test_tris_l3_calibration_is_a_no_op_without_an_llm():
-    from sieve.registry import DEFENSES
     from _tris_fakes import resources_with
+    from sieve.registry import DEFENSES
 
     d = DEFENSES.create("tris_full").calibrate([_clean_for_l3(0)], resources_with(llm=None))
     assert d.l3_delta_threshold is None and d.l3_delta() == 1.0

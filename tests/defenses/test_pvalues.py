@@ -6,8 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from sieve.defenses.pvalues import (cauchy_stat, combination_nulls, empirical_p, fisher_stat, minp_stat,
-                                    query_folds)
+from sieve.defenses.pvalues import cauchy_stat, combination_nulls, empirical_p, fisher_stat, minp_stat, query_folds
 
 
 def test_empirical_p_counts_ties_as_at_least_as_extreme():

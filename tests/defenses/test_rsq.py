@@ -5,9 +5,19 @@ import math
 import numpy as np
 import pytest
 
-from sieve.defenses.rsq import (RSQ, UNAVAILABLE_REASON, alignment_jump, anchor_scores, integrity_scores,
-                                semantic_score, surprisal_gate, surprisal_profile, surprisal_score,
-                                window_f1, window_starts)
+from sieve.defenses.rsq import (
+    RSQ,
+    UNAVAILABLE_REASON,
+    alignment_jump,
+    anchor_scores,
+    integrity_scores,
+    semantic_score,
+    surprisal_gate,
+    surprisal_profile,
+    surprisal_score,
+    window_f1,
+    window_starts,
+)
 from sieve.defenses.rsq_traces import expand_evidence
 from sieve.registry import DEFENSES
 from sieve.types import RankedDocument, Ranking

@@ -1,8 +1,14 @@
 """Script labels, mixed-script fraction, adjacent transitions and the RSG integrity predicate (§3.3, §4.4)."""
 import pytest
 
-from sieve.defenses.scripts import (adjacent_transitions, ascii_tokens, integrity_predicate,
-                                    mixed_script_fraction, script_label, script_profile)
+from sieve.defenses.scripts import (
+    adjacent_transitions,
+    ascii_tokens,
+    integrity_predicate,
+    mixed_script_fraction,
+    script_label,
+    script_profile,
+)
 
 
 @pytest.mark.parametrize("ch,label", [

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sieve.defenses.serial import SURVIVOR_REASON, SerialRSGRSQ, normalised_score
+from sieve.defenses.pipeline import Serial, normalised_score
+from sieve.defenses.rsq import UNAVAILABLE_REASON
 from sieve.registry import DEFENSES
 from sieve.types import Document, RankedDocument, Ranking
 
@@ -35,10 +36,16 @@ def setup(n_docs, integrity_positions, anchor_positions=()):
     return snap, ranking
 
 
+def SerialRSGRSQ(**params):
+    """``rsg_rsq``: the registered preset of the one serial composition."""
+    return DEFENSES.create("rsg_rsq", **params)
+
+
 def test_registered_corpus_time():
     e = DEFENSES.entry("rsg_rsq")
     assert set(e.needs) == {"retriever", "causal_lm", "token_encoder"}
-    assert SerialRSGRSQ.corpus_time
+    assert e.factory is Serial and Serial.corpus_time
+    assert [s.label for s in SerialRSGRSQ().stages_] == ["rsg", "rsq"]
 
 
 def _norm(value, threshold):
@@ -57,14 +64,13 @@ def test_fewer_than_20_survivors_makes_rsq_unavailable(tiny_resources):
     assert len(survivors) == 19
     for x in survivors:
         assert x.layer == "RSG" and x.status == "scored" and x.score is not None
-        assert x.evidence["rsq"] == {"status": "unavailable", "reason": SURVIVOR_REASON}
-        assert SURVIVOR_REASON in x.reason
+        assert x.evidence["rsq"]["status"] == "unavailable" and x.evidence["rsq"]["reason"] == UNAVAILABLE_REASON
+        assert UNAVAILABLE_REASON in x.reason
         assert x.score == _norm(x.evidence["rsg"]["score"], 0.5) and x.threshold == 1.0
-    assert "re-retrieve" in SURVIVOR_REASON and "retrieve deeper" in SURVIVOR_REASON
-    assert any("19 survivors" in w for w in res.warnings)
+    assert "retrieve deeper" in UNAVAILABLE_REASON
+    assert any("19 documents" in w for w in res.warnings)
     assert [c.id for c in res.context] == ["d1", "d3", "d5", "d6", "d7"]
-    assert res.info["quarantined_document_ids"] == ["d2", "d4", "d9"]
-    assert res.info["rsq_unavailable"] == SURVIVOR_REASON
+    assert res.info["rsg"]["flagged"] == ["d2", "d4", "d9"]
 
 
 def test_rsq_runs_on_renumbered_survivors(tiny_resources):
@@ -88,11 +94,11 @@ def test_rsq_runs_on_renumbered_survivors(tiny_resources):
         assert x.evidence["rsg"]["score"] == 0.0 and not x.evidence["rsg"]["flagged"]
     x = by_id["d9"]
     assert x.status == "scored" and x.layer == "RSG" and not x.removed and x.evidence["survivor_rank"] == 6
-    assert x.evidence["rsq"]["status"] == "not_examined" and "top 5 survivors" in x.evidence["rsq"]["reason"]
+    assert x.evidence["rsq"]["status"] == "not_examined" and "ranks 1–5 only" in x.evidence["rsq"]["reason"]
     # one refill to 5 from the survivors, without rescoring
     assert [c.id for c in res.context] == ["d9", "d10", "d11", "d12", "d13"]
-    assert res.layers_run == ["RSG", "RSQ"]
-    assert res.info["rsq_flagged"] == ["d4", "d5", "d6", "d7", "d8"]
+    assert res.layers_run == ["rsg:rsg", "rsq:rsq"]
+    assert res.info["rsq"]["rounds"][0]["flagged"] == ["d4", "d5", "d6", "d7", "d8"]
 
 
 def test_every_document_in_the_snapshot_is_scored_by_rsg(tiny_resources):
@@ -122,7 +128,7 @@ def test_every_document_in_the_snapshot_is_scored_by_rsg(tiny_resources):
     # survivors at survivor rank ≥ 6 keep their RSG decision: kept, scored, RSG score on the combined scale
     for x in decisions[5:24]:
         assert x.layer == "RSG" and x.status == "scored" and not x.removed
-        assert x.evidence["survivor_rank"] >= 6 and "top 5 survivors" in x.reason
+        assert x.evidence["survivor_rank"] >= 6 and "ranks 1–5 only" in x.reason
         assert x.score == _norm(x.evidence["rsg"]["score"], 0.5)
 
 
@@ -173,14 +179,17 @@ def test_normalised_score_boundary_matches_layer_rule():
 def test_unfitted_serial_warns(tiny_resources):
     _, ranking = setup(20, integrity_positions=set())
     res = SerialRSGRSQ().apply(ranking, tiny_resources)
-    assert any("not fitted" in w for w in res.warnings)
+    assert any("rsg: not fitted" in w for w in res.warnings)
     assert [x.status for x in res.decisions[:5]] == ["scored"] * 5
 
 
-def test_serial_rejects_unknown_params():
-    with pytest.raises(ValueError, match="rsg_rsq: unknown parameter 'bogus'; valid parameters: eta_q, trace_tokens"):
+def test_serial_rejects_unknown_params_and_takes_the_stages_params():
+    with pytest.raises(ValueError, match="rsg_rsq: unknown parameter 'bogus'; valid parameters: stages, rsg__"):
         SerialRSGRSQ(bogus=1)
-    assert SerialRSGRSQ(mode="hnsw")._rsg().rsg_params().mode == "hnsw"
+    d = SerialRSGRSQ(mode="hnsw", eta_q=2.0, rsq__trace_tokens=False, **{"rsg.block_size": 64})
+    assert d.stage("rsg").rsg_params().mode == "hnsw" and d.stage("rsq").eta_q == 2.0
+    assert d.stage("rsq").trace_tokens is False and d.stage("rsg").block_size == 64
+    assert d.get_params()["rsq__eta_q"] == 2.0 and d.get_params()["stages"] == ("rsg", "rsq")
 
 
 def test_calibrate_uses_rsq_scores_only(tiny_resources):
@@ -191,13 +200,14 @@ def test_calibrate_uses_rsq_scores_only(tiny_resources):
     combined = [x.score for x in decisions if x.layer == "RSQ"]
     assert len(raw) == 5 and raw[0] == pytest.approx(0.2)
     assert combined[0] == pytest.approx(0.05)         # S / η_Q: the combined scale differs from S
-    assert [x.score for x in d.rsq_layer_decisions(ranking, tiny_resources) if x.score is not None] == raw
+    d.stage("rsq").set_params(eta_q=None)          # learn it
+    assert d.threshold_param == "rsq__eta_q" and not d.is_calibrated()
     d.calibrate([ranking], tiny_resources, clean_budget=0.05)
     # five clean RSQ candidates (raw S = 0.2 each; RSG's scores and the combined score are not mixed
     # in): floor(5·0.05) = 0 → threshold = the largest clean S, then the next float up (S ≥ η_Q)
-    assert d.eta_q == float(np.nextafter(max(raw), np.inf))
-    assert d.threshold_ == d.eta_q and d.get_params()["eta_q"] == d.eta_q
-    assert SerialRSGRSQ.threshold_param == "eta_q"
+    rsq = d.stage("rsq")
+    assert rsq.eta_q == float(np.nextafter(max(raw), np.inf))
+    assert rsq.threshold_ == rsq.eta_q and d.get_params()["rsq__eta_q"] == rsq.eta_q
     # after calibration the clean candidates sit just below the combined threshold and are kept
     after = [x for x in d.inspect(ranking, tiny_resources).decisions if x.layer == "RSQ"]
     assert all(not x.removed and x.score < 1.0 for x in after)

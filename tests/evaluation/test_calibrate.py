@@ -13,9 +13,9 @@ from sieve.config import ConfigError
 from sieve.corpus import load_dataset
 from sieve.defenses.perplexity import Perplexity
 from sieve.evaluation.calibrate import apply_calibration, calibrate_on_dataset, load_calibration, save_calibration
-from sieve.experiment import Experiment
 from sieve.evaluation.metrics import threshold_at_clean_budget
 from sieve.evaluation.runner import read_records, run_eval
+from sieve.experiment import Experiment
 
 
 def test_round_trip_and_merge(tmp_path):

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from evaldata import QUERIES, TARGETS, TOPIC_DOCS, FILLER, write_dataset
-from sieve.defenses.base import Defense, keep_all
-from sieve.types import Inspection
+from evaldata import FILLER, QUERIES, TARGETS, TOPIC_DOCS, write_dataset
+from sieve.defenses.base import Defense, unscored
 from sieve.evaluation.runner import RunError, read_records, run_eval
+from sieve.types import Scores
 
 
 def _corpus_rows():
@@ -40,7 +40,7 @@ class _NoModel:
     dim = 8
     max_tokens = 8
 
-    def encode(self, *a, **k):  # noqa: ANN002, ANN003
+    def encode(self, *a, **k):
         raise AssertionError("contexts mode must not retrieve")
 
 
@@ -76,12 +76,12 @@ class _Probe(Defense):
     corpus_time = True
     sizes: list = []
 
-    def fit(self, snapshot, resources):  # noqa: ANN001
+    def fit(self, snapshot, resources):
         type(self).sizes.append((len(snapshot.ids), sum(d.poison for d in snapshot.documents)))
         return self
 
-    def inspect(self, ranking, resources, k_ctx=5):  # noqa: ANN001
-        return Inspection(keep_all(ranking))
+    def score(self, ranking, resources, k_ctx=5):
+        return Scores(unscored(ranking))
 
 
 def test_corpus_time_defense_audits_corpus_plus_attack_documents(ctx_dataset, eval_resources, tmp_path, monkeypatch):

@@ -59,3 +59,25 @@ def test_corrupt_line_in_the_middle_is_a_clear_error(tiny_dataset, eval_resource
     (out / "records.jsonl").write_text("".join(lines))
     with pytest.raises(RunError, match=r"records.jsonl:4"):
         _run(tiny_dataset, out, eval_resources)
+
+
+def test_resume_relearns_calibrated_state_that_is_no_parameter(tiny_dataset, eval_resources, tmp_path):
+    """fusion learns clean nulls besides its threshold: a run resumed after the clean condition gets
+    the learned thresholds back through build_defense's calibration mapping, and fusion (still not
+    calibrated: no nulls) learns them again on the clean rankings, through prepare_defense, instead
+    of failing every remaining item with "not calibrated"."""
+    out = tmp_path / "run"
+    defs = ["none", "perplexity", "fusion"]
+    full = run_eval(tiny_dataset, out, eval_resources, defenses=defs, depth=20, progress=False)
+    learned = json.loads((out / "config.json").read_text())["calibrated"]
+    assert {"perplexity", "fusion"} <= set(learned)
+    lines = (out / "records.jsonl").read_text().splitlines(keepends=True)
+    n_clean = sum(json.loads(line)["condition"] == "clean" for line in lines)
+    assert 0 < n_clean < len(lines)
+    (out / "records.jsonl").write_text("".join(lines[:n_clean]))   # interrupted right after the clean condition
+    again = run_eval(tiny_dataset, out, eval_resources, defenses=defs, depth=20, progress=False)
+    recs = read_records(out)
+    assert [r for r in recs if r.get("error")] == []
+    assert strip_latency(again) == strip_latency(full)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["calibrated"] == learned and "calibration_errors" not in cfg

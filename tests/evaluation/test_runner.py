@@ -7,16 +7,15 @@ import re
 import numpy as np
 import pytest
 
+from evaldata import strip_latency
 from sieve.corpus import load_dataset
-from sieve.defenses.base import Defense, keep_all
+from sieve.defenses.base import Defense, unscored
 from sieve.evaluation import runner as R
-from sieve.types import Inspection
 from sieve.evaluation.metrics import threshold_at_clean_budget
 from sieve.evaluation.runner import SUMMARY_KEYS, read_records, run_eval
 from sieve.evaluation.tradeoffs import recompute_run
 from sieve.models.tiny import ScriptedLLM
-
-from evaldata import strip_latency
+from sieve.types import Scores
 
 DEFS = ["none", "tris_l2", "rsq", "perplexity"]
 ATTACK_ONLY = ("poison_in_context_rate", "poisoned_mrr", "poison_removal_rate", "auroc", "detect_at_5pct", "asr")
@@ -124,10 +123,10 @@ class _Flaky(Defense):
     name = "flaky"
     paper = "test"
 
-    def inspect(self, ranking, resources, k_ctx=5):  # noqa: ANN001
+    def score(self, ranking, resources, k_ctx=5):
         if ranking.query_id == "q2":
             raise RuntimeError("model exploded")
-        return Inspection(keep_all(ranking, status="scored"))
+        return Scores(unscored(ranking, status="scored"))
 
 
 def test_partial_failure_is_recorded_and_run_completes(tiny_dataset, eval_resources, tmp_path, monkeypatch):
@@ -153,9 +152,9 @@ class _HalfDegraded(Defense):
     name = "half_degraded"
     paper = "test"
 
-    def inspect(self, ranking, resources, k_ctx=5):  # noqa: ANN001
+    def score(self, ranking, resources, k_ctx=5):
         info = {} if ranking.query_id == "q1" else {"degraded": "causal LM unavailable (no weights)"}
-        return Inspection(keep_all(ranking, status="scored"), info=info, warnings=[])
+        return Scores(unscored(ranking, status="scored"), info=info, warnings=[])
 
 
 def test_a_defense_that_ran_degraded_says_so_in_the_summary(tiny_dataset, eval_resources, tmp_path, monkeypatch):

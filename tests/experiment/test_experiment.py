@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from sieve.corpus import load_dataset
-from sieve.experiment import (Experiment, ExperimentError, calibrate_defense, prepare_defense, record_flags,
-                              run_audit)
+from sieve.experiment import Experiment, ExperimentError, calibrate_defense, prepare_defense, record_flags, run_audit
 from sieve.ledger import Ledger
 from sieve.testing_models import tiny_resources
 from sieve.types import Document
@@ -115,6 +114,37 @@ def test_calibration_refuses_attack_rankings(exp):
 def test_prepare_fits_corpus_time_defense_on_the_condition_snapshot(exp):
     d = prepare_defense(exp, "rsg", condition="pr_b")
     assert "pb:0" in d.audit_.ids and len(d.audit_.ids) == 34
+
+
+def test_prepare_fit_only_learned_parameters_and_resume(exp):
+    # calibrate=False: fitted, not calibrated (an attacked condition of a run)
+    d = prepare_defense(exp, "perplexity", calibrate=False)
+    assert d.threshold is None and not d.is_calibrated()
+    learned: dict = {}
+    d = prepare_defense(exp, d, clean_limit=2, learned=learned)
+    assert set(learned) == {"threshold"} and learned["threshold"] == d.threshold
+    # what an earlier run learned comes back through build_defense's calibration mapping: nothing to learn
+    again: dict = {}
+    resumed = prepare_defense(exp, "perplexity", calibration={"perplexity": learned}, learned=again)
+    assert resumed.threshold == d.threshold and again == {}
+
+
+def test_prepare_errors_name_their_stage(exp):
+    from sieve.experiment import DefensePreparationError
+
+    with pytest.raises(DefensePreparationError, match="no clean rankings to calibrate on") as e:
+        prepare_defense(exp, "perplexity", clean_rankings=[])
+    assert e.value.stage == "calibrate" and isinstance(e.value, ValueError)
+    assert e.value.detail == "ValueError: no clean rankings to calibrate on"
+    d = prepare_defense(exp, "rsg", calibrate=False)
+
+    def broken_fit(*_a, **_k):
+        raise RuntimeError("disk full")
+
+    d.fit = broken_fit
+    with pytest.raises(DefensePreparationError, match="rsg: fit failed: RuntimeError: disk full") as e:
+        prepare_defense(exp, d, condition="pr_b")
+    assert e.value.stage == "fit" and isinstance(e.value.error, RuntimeError)
 
 
 def test_record_flags_is_idempotent(exp, tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from _kill import kill_after_shards
-from sieve.scale.shards import IngestError, MANIFEST, ingest, open_shards, read_chunks, sha256_file
+from sieve.scale.shards import MANIFEST, IngestError, ingest, open_shards, read_chunks, sha256_file
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 1200

@@ -36,14 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.cli.common import load_config, load_dataset, open_experiment  # noqa: E402
-from sieve.defenses.fusion import COMBINE, DEFAULT_EVIDENCE, PAIRWISE_SCOPES, Fusion  # noqa: E402
-from sieve.evaluation.lofo import CleanResult, FamilyResult, format_lofo, lofo_table  # noqa: E402
-from sieve.evaluation.metrics import percentiles, wilson_interval  # noqa: E402
-from sieve.experiment import prepare_defense  # noqa: E402
+from sieve.bench import DEMO_DATA
+from sieve.cli.common import load_config, load_dataset, open_experiment
+from sieve.defenses.fusion import COMBINE, DEFAULT_EVIDENCE, PAIRWISE_SCOPES, Fusion
+from sieve.evaluation.lofo import CleanResult, FamilyResult, format_lofo, lofo_table
+from sieve.evaluation.metrics import percentiles, wilson_interval
+from sieve.experiment import prepare_defense
 
 
 def held_out_clean(exp, params, calib, test_clean, k_ctx=5, gold=None):
@@ -117,7 +115,7 @@ def latency(exp, d, rankings, k_ctx=5):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", default=str(ROOT / "demo_data"))
+    ap.add_argument("--dataset", default=str(DEMO_DATA))
     ap.add_argument("--calib", type=int, default=64)
     ap.add_argument("--clean-test", type=int, default=64)
     ap.add_argument("--limit", type=int, default=16)

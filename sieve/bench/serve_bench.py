@@ -28,10 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from sieve.bench import DEMO_DATA
 
 
 def _free_port() -> int:
@@ -75,10 +72,10 @@ def main() -> None:
     from sieve.corpus import load_dataset
     from sieve.experiment import Experiment, prepare_defense
 
-    ds = load_dataset(ROOT / "demo_data")
+    ds = load_dataset(DEMO_DATA)
     tmp = Path(tempfile.mkdtemp(prefix="sieve-bench-serve-"))
     port = _free_port()
-    cmd = [sys.executable, "-c", "from sieve.cli import app; app()", "serve", str(ROOT / "demo_data"),
+    cmd = [sys.executable, "-c", "from sieve.cli import app; app()", "serve", str(DEMO_DATA),
            "--port", str(port), "--ledger", str(tmp / "ledger.sqlite"), "--preload", ",".join(defenses),
            "--clean-limit", str(args.clean_limit), "--max-documents", str(max(sizes))]
     if args.tiny:

@@ -1,7 +1,7 @@
 """RSG throughput benchmark: docs/s of the exact scan vs. approximate (HNSW, IVF) neighbour
 search, and the approximate modes' neighbour recall against exact on the same data.
 
-    .venv/bin/python bench/rsg_bench.py [--sizes 10000,100000] [--dim 384] [--demo-embedder all-MiniLM-L6-v2]
+    .venv/bin/python -m sieve.bench.rsg_bench [--sizes 10000,100000] [--dim 384] [--demo-embedder all-MiniLM-L6-v2]
 
 * demo size: demo_data/source/*.json passages + their poison payloads (~780 documents), embedded
   once with ``--demo-embedder`` (cached in the Sieve artifact cache); also prints how many
@@ -15,20 +15,17 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.defenses.rsg import audit_corpus, neighbour_recall  # noqa: E402
+from sieve.bench import DEMO_DATA
+from sieve.defenses.rsg import audit_corpus, neighbour_recall
 
 
 def demo_corpus() -> tuple[list[str], list[str], list[bool]] | None:
-    files = sorted(glob.glob(str(ROOT / "demo_data" / "source" / "*.json")))
+    files = sorted(glob.glob(str(DEMO_DATA / "source" / "*.json")))
     if not files:
         return None
     ids, texts, poison = [], [], []

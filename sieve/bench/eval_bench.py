@@ -2,7 +2,7 @@
 measured in the same run on the same dataset and defenses.
 
     sieve bench eval -- --baseline /tmp/base15 --limit 12 [--rounds 1] [--dataset demo_data] [--current DIR]
-    .venv/bin/python bench/eval_bench.py --compare RUN_A RUN_B      # only compare two run dirs
+    .venv/bin/python -m sieve.bench.eval_bench --compare RUN_A RUN_B      # only compare two run dirs
 
 Each side runs ``sieve eval DATASET --no-llm --limit N`` in a fresh subprocess (each with its own
 source tree first on ``sys.path``: the baseline's, and this checkout's or ``--current``'s, e.g.
@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from sieve.bench import DEMO_DATA, ROOT
+
 RECORD_FILES = ("records.jsonl", "rankings.jsonl", "decisions.jsonl.gz")
 CHILD = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from sieve.cli import app; "
          "sys.argv = ['sieve'] + sys.argv[1:]; app()")
@@ -86,7 +87,7 @@ def main() -> None:
     ap.add_argument("--current", type=Path, default=ROOT,
                     help="the tree measured against the baseline (default: this checkout; a frozen copy keeps "
                          "edits made while the benchmark runs out of it)")
-    ap.add_argument("--dataset", type=Path, default=ROOT / "demo_data")
+    ap.add_argument("--dataset", type=Path, default=DEMO_DATA)
     ap.add_argument("--limit", type=int, default=12, help="queries per condition (sieve eval --limit)")
     ap.add_argument("--rounds", type=int, default=1, help="alternating baseline/current rounds (medians printed)")
     ap.add_argument("--defenses", default=None, help="comma-separated; default: the baseline's registered defenses")

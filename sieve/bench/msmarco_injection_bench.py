@@ -11,27 +11,24 @@ Note what this does not show: the MS MARCO questions are off-topic for the demo 
 clean rankings are weakly related passages, which is easier for query-local detectors than a
 corpus that really answers the question.
 
-    python bench/msmarco_injection_bench.py [--defenses rsq,rsg,tris_l2,tris_l1] [--limit N] [--out DIR]
+    python -m sieve.bench.msmarco_injection_bench [--defenses rsq,rsg,tris_l2,tris_l1] [--limit N] [--out DIR]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.corpus import load_dataset, write_jsonl  # noqa: E402
+from sieve.bench import DEMO_DATA, ROOT
+from sieve.corpus import load_dataset, write_jsonl
 
 SHARED = ROOT.parent / "shared" / "data" / "poisonedrag" / "msmarco.json"
 
 
 def build_dataset(out: Path, limit: int | None) -> Path:
-    demo = load_dataset(ROOT / "demo_data")
+    demo = load_dataset(DEMO_DATA)
     entries = list(json.loads(SHARED.read_text(encoding="utf-8")).values())[: limit or None]
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "corpus.jsonl", [{"id": d.id, "title": d.title, "text": d.text} for d in demo.documents])
@@ -71,7 +68,7 @@ def main() -> int:
     t0 = time.perf_counter()
     summary = run_eval(ds_dir, run_dir, Resources(cfg, cache=ArtifactCache.default(cfg)),
                        defenses=args.defenses.split(","), depth=50, progress=True,
-                       command="bench/msmarco_injection_bench.py")
+                       command="sieve bench msmarco_injection")
     print(format_table(summary))
     print(f"\nwall-clock {time.perf_counter() - t0:.0f} s; run dir {run_dir}")
     return 0

@@ -1,6 +1,6 @@
 """RSQ latency benchmark (docs/design.md budget: ≤ 30 ms/query at n = 20 with per-document caches).
 
-    .venv/bin/python bench/rsq_bench.py [--queries 16] [--cold 6]
+    .venv/bin/python -m sieve.bench.rsq_bench [--queries 16] [--cold 6]
 
 Rankings of 20 documents are built from demo_data/source/*.json (per topic: the question, its five
 poison payloads or five clean passages as ranks 1–5, then the topic's other passages and passages
@@ -20,24 +20,21 @@ import glob
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.config import SieveConfig  # noqa: E402
-from sieve.defenses.rsq import RSQ  # noqa: E402
-from sieve.index import ArtifactCache  # noqa: E402
-from sieve.resources import Resources  # noqa: E402
-from sieve.types import RankedDocument, Ranking  # noqa: E402
+from sieve.bench import DEMO_DATA
+from sieve.config import SieveConfig
+from sieve.defenses.rsq import RSQ
+from sieve.index import ArtifactCache
+from sieve.resources import Resources
+from sieve.types import RankedDocument, Ranking
 
 
 def build_rankings(n_queries: int) -> list[tuple[Ranking, bool]]:
-    files = sorted(glob.glob(str(ROOT / "demo_data" / "source" / "*.json")))
+    files = sorted(glob.glob(str(DEMO_DATA / "source" / "*.json")))
     out: list[tuple[Ranking, bool]] = []
     if files:
         topics = [json.loads(Path(f).read_text(encoding="utf-8")) for f in files]
@@ -105,7 +102,7 @@ def main() -> None:
     hot_stages: dict[str, list[float]] = {}
     flags = {"poison": [0, 0], "clean": [0, 0]}
     for rep in range(args.repeats):
-        for r, poisoned in rankings:
+        for r, _poisoned in rankings:
             # warm: documents cached, the query is new (trailing spaces change its cache key only)
             fresh = Ranking(r.query + " " * (rep + 1), r.documents, r.query_id)
             t = time.perf_counter()

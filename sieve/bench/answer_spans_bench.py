@@ -1,7 +1,7 @@
 """LM-scored answer spans (docs/algorithms.md §14.1): span-scoring throughput and new-query latency.
 
     sieve bench answer_spans [--queries 24] [--k 5] [--repeats 2]
-    .venv/bin/python bench/answer_spans_bench.py --queries 24
+    .venv/bin/python -m sieve.bench.answer_spans_bench --queries 24
 
 Real clean rankings of the first ``--queries`` demo questions (the packaged retriever; vectors are
 shipped or cached), the candidate spans of each top-``--k`` passage, the packaged causal LM.
@@ -21,23 +21,20 @@ it); they are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.config import SieveConfig  # noqa: E402
-from sieve.corpus import load_dataset  # noqa: E402
-from sieve.defenses.answer_consistency import AnswerConsistency  # noqa: E402
-from sieve.defenses.answer_evidence import span_candidates, span_prompt  # noqa: E402
-from sieve.experiment import Experiment  # noqa: E402
-from sieve.index import ArtifactCache  # noqa: E402
-from sieve.models.span_scoring import span_logprobs, span_logprobs_reference  # noqa: E402
-from sieve.resources import Resources  # noqa: E402
+from sieve.bench import DEMO_DATA
+from sieve.config import SieveConfig
+from sieve.corpus import load_dataset
+from sieve.defenses.answer_consistency import AnswerConsistency
+from sieve.defenses.answer_evidence import span_candidates, span_prompt
+from sieve.experiment import Experiment
+from sieve.index import ArtifactCache
+from sieve.models.span_scoring import span_logprobs, span_logprobs_reference
+from sieve.resources import Resources
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -46,7 +43,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="LM-scored answer spans benchmark")
-    ap.add_argument("--data", type=Path, default=ROOT / "demo_data")
+    ap.add_argument("--data", type=Path, default=DEMO_DATA)
     ap.add_argument("--queries", type=int, default=24)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=2)

@@ -1,6 +1,6 @@
 """Attack effectiveness on the demo knowledge base with the default retriever (all-mpnet-base-v2).
 
-    .venv/bin/python bench/attacks_bench.py [--data demo_data] [--depth 50] [--live-pr-w 4] [--families a b]
+    .venv/bin/python -m sieve.bench.attacks_bench [--data demo_data] [--depth 50] [--live-pr-w 4] [--families a b]
 
 For each attack family in ``<data>/attacks.jsonl`` (families missing there, except pr_w and
 paraphrase, are generated in memory), the attack condition = clean corpus + *all* documents of
@@ -24,20 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.attacks import ATTACKS, generate_attack  # noqa: E402
-from sieve.config import SieveConfig  # noqa: E402
-from sieve.corpus import load_dataset  # noqa: E402
-from sieve.experiment import Experiment  # noqa: E402
-from sieve.resources import Resources  # noqa: E402
+from sieve.attacks import ATTACKS, generate_attack
+from sieve.bench import DEMO_DATA
+from sieve.config import SieveConfig
+from sieve.corpus import load_dataset
+from sieve.experiment import Experiment
+from sieve.resources import Resources
 
 
 def family_effectiveness(exp: Experiment, records, depth: int) -> dict[str, float]:
@@ -64,7 +61,7 @@ def family_effectiveness(exp: Experiment, records, depth: int) -> dict[str, floa
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="attack effectiveness benchmark")
-    ap.add_argument("--data", type=Path, default=ROOT / "demo_data")
+    ap.add_argument("--data", type=Path, default=DEMO_DATA)
     ap.add_argument("--depth", type=int, default=50)
     ap.add_argument("--live-pr-w", type=int, default=0, help="re-run pr_w on the first N targets and time it")
     ap.add_argument("--iterations", type=int, default=4)

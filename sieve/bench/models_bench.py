@@ -1,7 +1,7 @@
 """Model stack benchmark: load times (fresh process vs already loaded), embedder throughput
 (documents/s on this machine's cores), query-encoding latency percentiles, LM scoring speed.
 
-    .venv/bin/python bench/models_bench.py [--docs 64] [--skip-llm]
+    .venv/bin/python -m sieve.bench.models_bench [--docs 64] [--skip-llm]
     sieve bench models --backends --docs 192 --rounds 3 [--encoders all-mpnet-base-v2] [--skip-lm]   # issue 15
 
 ``--backends``: indexing docs/s per encoder (mpnet retriever, MiniLM judge) and backend (PyTorch
@@ -23,14 +23,13 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from sieve.bench import DEMO_DATA, ROOT
 
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-import sieve  # noqa: F401  (sets OMP_WAIT_POLICY etc. before torch loads)
+from sieve.runtime import configure_process_environment; configure_process_environment()  # before torch loads
 import torch, sentence_transformers, transformers  # noqa
 import sieve.models as m
 t_import = time.perf_counter() - t0
@@ -125,14 +124,13 @@ def backends(n_docs: int, rounds: int, names: list[str]) -> None:
 
     import numpy as np
 
-    sys.path.insert(0, str(ROOT))
     from sieve.config import ModelsConfig, SieveConfig
     from sieve.models import batching
-    from sieve.models.loaders import load_causal_lm, load_embedder
+    from sieve.models.loaders import load_embedder
     from sieve.models.onnx_backend import retrieval_probe, topk_agreement
 
     queries, probe = retrieval_probe()
-    texts = (probe + [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "corpus.jsonl", encoding="utf-8")][192:])[:n_docs]
+    texts = (probe + [json.loads(x)["text"] for x in open(DEMO_DATA / "corpus.jsonl", encoding="utf-8")][192:])[:n_docs]
     print(f"load average {os.getloadavg()[0]:.1f}; {len(texts)} demo passages (the probe's {len(probe)} first), "
           f"{len(queries)} probe queries; {rounds} alternating rounds; docs/s = median over rounds; "
           f"{batching.threads()} threads")
@@ -181,12 +179,11 @@ def lm_traces(n_docs: int, rounds: int) -> None:
 
     import numpy as np
 
-    sys.path.insert(0, str(ROOT))
     from sieve.config import SieveConfig
     from sieve.models import batching
     from sieve.models.loaders import load_causal_lm
 
-    texts = [json.loads(x)["text"] for x in open(ROOT / "demo_data" / "corpus.jsonl", encoding="utf-8")][:n_docs]
+    texts = [json.loads(x)["text"] for x in open(DEMO_DATA / "corpus.jsonl", encoding="utf-8")][:n_docs]
     lm = load_causal_lm("smollm2-135m", SieveConfig())
     sample = texts[:48]
     lm.token_nll(sample[0])
@@ -218,7 +215,7 @@ def main() -> None:
         if not args.skip_lm:
             lm_traces(args.docs, args.rounds)
         return
-    corpus = ROOT / "demo_data" / "corpus.jsonl"
+    corpus = DEMO_DATA / "corpus.jsonl"
     jobs = [("embedder", "all-mpnet-base-v2"), ("embedder", "all-MiniLM-L6-v2"),
             ("embedder", "multilingual-e5-small"), ("causal_lm", "smollm2-135m"),
             ("token_encoder", "all-mpnet-base-v2", "9"), ("token_encoder", "all-MiniLM-L6-v2", "4")]

@@ -1,7 +1,7 @@
 """TRIS latency benchmark (docs/design.md budget: L1+L2 ≤ 10 ms/query at k = 50 with cached judge
 embeddings) and the cost of L3 with the local model.
 
-    .venv/bin/python bench/defenses_bench.py [--queries 32] [--repeats 5] [--l3-queries 2] [--l3-docs 5]
+    .venv/bin/python -m sieve.bench.defenses_bench [--queries 32] [--repeats 5] [--l3-queries 2] [--l3-docs 5]
 
 Rankings of 50 documents come from demo_data/source/*.json: a topic's question, its five
 PoisonedRAG black-box poisons (question ⊕ payload from demo_data/targets.jsonl) placed at ranks
@@ -21,29 +21,26 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.config import SieveConfig  # noqa: E402
-from sieve.defenses.l3 import LikelihoodVerifier  # noqa: E402
-from sieve.defenses.tris import TRIS  # noqa: E402
-from sieve.resources import Resources  # noqa: E402
-from sieve.types import RankedDocument, Ranking  # noqa: E402
+from sieve.bench import DEMO_DATA
+from sieve.config import SieveConfig
+from sieve.defenses.l3 import LikelihoodVerifier
+from sieve.defenses.tris import TRIS
+from sieve.resources import Resources
+from sieve.types import RankedDocument, Ranking
 
 K = 50
 POISON_RANKS = (0, 2, 4, 6, 8)
 
 
 def build_rankings(n_queries: int) -> list[Ranking]:
-    files = sorted(glob.glob(str(ROOT / "demo_data" / "source" / "*.json")))
+    files = sorted(glob.glob(str(DEMO_DATA / "source" / "*.json")))
     targets: dict[str, dict] = {}
-    tpath = ROOT / "demo_data" / "targets.jsonl"
+    tpath = DEMO_DATA / "targets.jsonl"
     if tpath.exists():
         for line in tpath.read_text(encoding="utf-8").splitlines():
             if line.strip():

@@ -40,9 +40,6 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 
 def build_corpus(n: int, dim: int, workdir: Path) -> Path:
     from sieve.scale.shards import MANIFEST, write_shards
@@ -171,7 +168,7 @@ def embed_bench(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def run_child(path: Path, engine: str, mode: str, flags_out: Path) -> dict:
-    cmd = [sys.executable, __file__, "--one", str(path), "--engine", engine, "--mode", mode, "--flags-out", str(flags_out)]
+    cmd = [sys.executable, "-m", "sieve.bench.scale_bench", "--one", str(path), "--engine", engine, "--mode", mode, "--flags-out", str(flags_out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         return {"error": (res.stderr or res.stdout).strip().splitlines()[-1:] or ["failed"]}

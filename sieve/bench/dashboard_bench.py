@@ -1,6 +1,6 @@
 """Query-explorer latency (docs/design.md budget: a query renders in < 1.5 s after warm-up on the demo).
 
-    .venv/bin/python bench/dashboard_bench.py [--queries 20] [--condition clean|<family>] [--tiny]
+    .venv/bin/python -m sieve.bench.dashboard_bench [--queries 20] [--condition clean|<family>] [--tiny]
 
 Measures the explorer's service-layer call path (:func:`sieve.dashboard.service.explore`: retrieval at
 depth 50, the default defenses tris + rsq + rsg_rsq + the undefended baseline, RSQ evidence) for
@@ -11,7 +11,7 @@ nothing is asserted.
 
 Attack lab class mode (issue 11: "the whole demo in under a minute on 2 cores")::
 
-    .venv/bin/python bench/dashboard_bench.py --class-mode [--baseline /tmp/base11] [--repeats 3]
+    .venv/bin/python -m sieve.bench.dashboard_bench --class-mode [--baseline /tmp/base11] [--repeats 3]
 
 drives the Attack lab page as a teacher does (open the page, switch class mode on, click "Generate
 answers") with Streamlit's AppTest in a fresh process per repeat, on the real models. Each process
@@ -35,10 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-#: ``--class-mode-child DIR`` imports the library from DIR (the tree being measured)
+#: The tree this file belongs to (not ``sieve.bench.ROOT``: in a class-mode child the library may come
+#: from an older tree, which has no ``sieve.bench``).
+ROOT = Path(__file__).resolve().parents[2]
+#: ``--class-mode-child DIR`` (this file run as a script) imports the library from DIR, the tree being measured
 _CHILD_ROOT = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--class-mode-child" else None
-sys.path.insert(0, _CHILD_ROOT or str(ROOT))
+if _CHILD_ROOT:
+    sys.path.insert(0, _CHILD_ROOT)
 
 from sieve.dashboard import explorer as E  # noqa: E402
 from sieve.dashboard import session as S  # noqa: E402

@@ -1,6 +1,6 @@
 """First Query-explorer call in a fresh process (issue 15: ≤ 2 s on the demo, ≥ 15× the landed code).
 
-    .venv/bin/python bench/first_query_bench.py [--baseline /tmp/landed] [--queries 5] [--tiny]
+    .venv/bin/python -m sieve.bench.first_query_bench [--baseline /tmp/landed] [--queries 5] [--tiny]
 
 Each measured code tree runs in its own fresh Python process with an EMPTY artifact cache and
 workspace (``SIEVE_CACHE_DIR`` = a new temporary directory whose ``models/`` links to the built
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from sieve.bench import ROOT
 
 CHILD = r'''
 import json, os, resource, statistics, sys, time
@@ -143,7 +143,6 @@ def main() -> int:
                     help="time `sieve eval demo_data --no-llm --limit N` instead of the explorer")
     ap.add_argument("--defenses", default=None, help="with --eval: comma-separated defenses (default: all)")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     trees = ([("landed", args.baseline.resolve())] if args.baseline else []) + [("this", ROOT)]
     if args.eval:
         ev: dict[str, dict] = {}

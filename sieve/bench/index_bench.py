@@ -1,7 +1,7 @@
 """Indexing benchmark: embedding throughput per retriever, query latency, index load time
 (cold = first open in a fresh process, warm = reopen in the same process) and ArtifactCache reads.
 
-    .venv/bin/python bench/index_bench.py [--n 200] [--queries 30] [--load-docs 20000]
+    .venv/bin/python -m sieve.bench.index_bench [--n 200] [--queries 30] [--load-docs 20000]
                                           [--retrievers all-mpnet-base-v2,all-MiniLM-L6-v2,multilingual-e5-small]
                                           [--backends torch,torch-bf16,onnx]   (models.backend, docs/models.md)
                                           [--baseline CHECKOUT [--rounds 2]]    (indexing path, old vs this tree)
@@ -23,20 +23,18 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sieve.index import ArtifactCache, VectorIndex  # noqa: E402
-from sieve.types import Document, content_hash  # noqa: E402
+from sieve.bench import DEMO_DATA, ROOT
+from sieve.index import ArtifactCache, VectorIndex
+from sieve.types import Document, content_hash
 
 
 def passages(n: int) -> tuple[list[str], list[str]]:
     """(passages, queries)."""
-    demo = ROOT / "demo_data" / "corpus.jsonl"
+    demo = DEMO_DATA / "corpus.jsonl"
     if demo.exists():
-        texts = [json.loads(l)["text"] for l in demo.read_text(encoding="utf-8").splitlines() if l.strip()]
-        qpath = ROOT / "demo_data" / "queries.jsonl"
-        qs = [json.loads(l)["text"] for l in qpath.read_text(encoding="utf-8").splitlines() if l.strip()] \
+        texts = [json.loads(ln)["text"] for ln in demo.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        qpath = DEMO_DATA / "queries.jsonl"
+        qs = [json.loads(ln)["text"] for ln in qpath.read_text(encoding="utf-8").splitlines() if ln.strip()] \
             if qpath.exists() else texts[:50]
         if len(texts) >= n:
             return texts[:n], qs
@@ -107,8 +105,7 @@ from sieve.index import VectorIndex
 from sieve.types import Document
 import numpy as np
 t_import = time.perf_counter() - t0
-sys.path.insert(0, {bench!r})
-from index_bench import RandomEmbedder
+from sieve.bench.index_bench import RandomEmbedder
 docs = [Document(f"d{{i}}", f"synthetic passage number {{i}} about topic {{i % 97}}") for i in range({n})]
 t1 = time.perf_counter()
 idx = VectorIndex.open_or_build(docs, RandomEmbedder(), {ws!r}, progress=False)
@@ -125,7 +122,7 @@ def bench_index_load(n: int, workdir: Path) -> dict[str, float]:
     t0 = time.perf_counter()
     VectorIndex.open_or_build(docs, emb, ws, progress=False)
     build_s = time.perf_counter() - t0
-    code = _COLD.format(root=str(ROOT), bench=str(Path(__file__).parent), n=n, ws=str(ws))
+    code = _COLD.format(root=str(ROOT), n=n, ws=str(ws))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     cold = json.loads(out.stdout.strip().splitlines()[-1])
     warm = []
@@ -158,7 +155,7 @@ def bench_cache(workdir: Path, reps: int = 50) -> dict[str, float]:
     c = ArtifactCache.open(path)
     c.put_many("states@256", "bench", texts, arrays)
     cold, cold_cpu, warm = [], [], []
-    for r in range(reps):
+    for _ in range(reps):
         subset = [texts[i] for i in rng.choice(200, 20, replace=False)]
         c.clear_memory()
         t0, c0 = time.perf_counter(), time.process_time()

@@ -1,0 +1,166 @@
+"""The evidence fusion combines, each read from the method that defines it (docs/algorithms.md §14.2).
+
+Every evidence is one line of :data:`EVIDENCE`: the score of a registered defense (``method``), or
+a named function a defense itself uses (TrustRAG's ROUGE-L near-copy signal), or one of fusion's
+own two (judge-space cohesion among the context, similarity to the question). There is one
+definition of each: a change to a method's score changes the fusion that reads it, and
+tests/defenses/test_fusion_evidence.py checks they agree on the same ranking.
+
+Scopes: ``document`` — the method scores the context documents themselves (a sub-ranking of them;
+per-document scores); ``ranking`` — the method scores the whole ranking once (RAGDefender's top
+``k_ctx``); ``context`` — the method scores the current survivors as a ranking, again every refill
+round (RSQ's top-5 vs ranks 6–20, the answer corroboration of the context against the rest);
+``window`` — pairwise over the first ``cohesion_scope`` survivors (plus, with ``pairwise_scope="seen"``,
+the documents removed in earlier rounds).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from sieve.constants import K_CTX
+from sieve.registry import DEFENSES
+from sieve.types import Ranking
+
+if TYPE_CHECKING:
+    from sieve.defenses.base import Defense
+    from sieve.resources import Resources
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One fused evidence: where it comes from and how often it is recomputed."""
+
+    name: str
+    scope: str                         # document | ranking | context | window
+    method: str | None = None          # the registered defense whose score it is
+    params: tuple[tuple[str, Any], ...] = ()   # fixed parameters of that defense (by name)
+
+
+#: Every evidence fusion can use, one line each (module docstring).
+EVIDENCE: dict[str, Evidence] = {e.name: e for e in (   # in the order values are combined
+    Evidence("l2", "document", "tris_l2"),
+    Evidence("similarity", "document"),   # fusion's own: judge-space cosine to the question
+    Evidence("perplexity", "document", "perplexity"),
+    Evidence("rsg", "document", "rsg"),
+    Evidence("ragdefender", "ranking", "ragdefender"),
+    Evidence("rsq", "context", "rsq"),
+    Evidence("cohesion", "window"),       # fusion's own: mean cosine to the two nearest in the window
+    Evidence("rouge", "window"),          # TrustRAG's near-copy signal (sieve.defenses.trustrag.max_rouge)
+    Evidence("answer", "context", "answer_consistency"),
+)}
+
+
+def judge_cohesion(X: np.ndarray, rows: Sequence[int]) -> list[float]:
+    """Fusion's cohesion: for each of ``rows``, the mean of its two largest judge-space cosines to the
+    other rows of ``X`` (poisons of one target form a tight cluster, docs/algorithms.md §8.2)."""
+    X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    S = X @ X.T
+    np.fill_diagonal(S, -np.inf)
+    return [float(np.mean(np.sort(S[r])[-2:])) for r in rows]
+
+
+def query_similarity(resources: "Resources", query: str, texts: Sequence[str]) -> list[float]:
+    """Fusion's similarity: the judge-space cosine of each text to the question (computed in the
+    judge's space, not read from the ranking's scores, whose scale says nothing about the text)."""
+    qv = resources.judge_query_embedding(query)
+    X = resources.judge_embeddings(list(texts))
+    X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    return [float(v) for v in X @ qv]
+
+
+class EvidenceSources:
+    """The registered methods fusion reads (constructed once, fitted on the snapshot it defends)."""
+
+    def __init__(self, evidence: Sequence[str], duplicate_jaccard: float = 0.5) -> None:
+        self.evidence = tuple(evidence)
+        self.duplicate_jaccard = float(duplicate_jaccard)
+        self.methods: dict[str, "Defense"] = {}
+        for name in self.evidence:
+            e = EVIDENCE[name]
+            if e.method is None or e.method not in DEFENSES.names():
+                continue
+            params = dict(e.params)
+            if name == "answer":
+                params["duplicate_jaccard"] = duplicate_jaccard
+            self.methods[name] = DEFENSES.create(e.method, **params)
+        self.fitted: set[str] = set()
+
+    def fit(self, snapshot: Any, resources: "Resources") -> None:
+        for name, m in self.methods.items():
+            if m.corpus_time:
+                m.fit(snapshot, resources)
+                self.fitted.add(name)
+
+    def method(self, name: str) -> "Defense | None":
+        return self.methods.get(name)
+
+    # -- evidence that depends only on the document (and the query) ------------------------------
+    def static(self, ranking: Ranking, resources: "Resources", idx: list[int]) -> dict[int, dict[str, float]]:
+        docs = ranking.documents
+        out: dict[int, dict[str, float]] = {i: {} for i in idx}
+        if not idx:
+            return out
+        sub = Ranking(ranking.query, [docs[i] for i in idx], ranking.query_id, ranking.condition)
+        for name, e in EVIDENCE.items():
+            if name not in self.evidence:
+                continue
+            if e.scope == "document" and name in self.methods:
+                if self.methods[name].corpus_time and name not in self.fitted:
+                    continue          # RSG not fitted: the evidence is missing (Fusion reports it)
+                _store(out, idx, name, self.methods[name].score(sub, resources, None).items)
+            elif name == "similarity":
+                for i, v in zip(idx, query_similarity(resources, ranking.query, [docs[i].text for i in idx])):
+                    out[i]["similarity"] = v
+            elif e.scope == "ranking" and name in self.methods:
+                try:   # a peer baseline failing must not break the fused detector
+                    items = self.methods[name].score(ranking, resources, K_CTX).items
+                except Exception:  # noqa: BLE001
+                    continue
+                for i, s in enumerate(items):
+                    if i in out and s.value is not None:
+                        out[i][name] = float(s.value)
+        return out
+
+    # -- evidence that depends on the current context --------------------------------------------
+    def contextual(self, ranking: Ranking, resources: "Resources", survivors: list[int], ctx: list[int], k: int,
+                   window: list[int], judge: Callable[[list[str]], np.ndarray]) -> dict[int, dict[str, Any]]:
+        docs = ranking.documents
+        out: dict[int, dict[str, Any]] = {i: {} for i in ctx}
+        sub = Ranking(ranking.query, [docs[i] for i in survivors], ranking.query_id, ranking.condition)
+        pos = {docs[i].id: i for i in survivors}
+        rsq = self.methods.get("rsq")
+        if rsq is not None and rsq.min_documents is not None and len(survivors) >= rsq.min_documents:
+            for s in rsq.score(sub, resources, k).items:
+                if s.value is not None and pos[s.doc_id] in out:
+                    out[pos[s.doc_id]]["rsq"] = float(s.value)
+        if "cohesion" in self.evidence and len(window) >= 3:
+            where = {i: j for j, i in enumerate(window)}
+            X = judge([docs[i].text for i in window])
+            for i, v in zip(ctx, judge_cohesion(X, [where[i] for i in ctx])):
+                out[i]["cohesion"] = v
+        if "rouge" in self.evidence and len(window) >= 2:
+            from sieve.defenses.trustrag import max_rouge
+
+            where = {i: j for j, i in enumerate(window)}
+            best = max_rouge([docs[i].text for i in window])
+            for i in ctx:
+                out[i]["rouge"] = best[where[i]]
+        answer = self.methods.get("answer")
+        if answer is not None:
+            alive = set(survivors)
+            gone = frozenset(d.id for j, d in enumerate(docs) if j not in alive)
+            cor = answer.corroboration(sub, k, None, exclude_ids=gone)[0]  # type: ignore[attr-defined]
+            for j, c in cor.items():
+                i = survivors[j]
+                out[i]["answer"] = c.score
+                out[i]["answer_text"] = c.answer.text
+        return out
+
+
+def _store(out: dict[int, dict[str, float]], idx: list[int], name: str, items: Sequence[Any]) -> None:
+    for i, s in zip(idx, items):
+        if s.value is not None:
+            out[i][name] = float(s.value)
