@@ -1,8 +1,11 @@
 """Sieve analyst dashboard — ``streamlit run app.py``.
 
-A thin router (``st.navigation``); each page lives in ``views/`` and calls the service layer in
-:mod:`sieve.dashboard`. Not ``pages/``: a directory of that name switches Streamlit to its legacy
-page-directory mode, and a deep link as the first visit (``/attack-lab``) showed "Page not found".
+A thin router (``st.navigation``); each page lives in ``pages/`` (beside this file) and calls the
+service layer in :mod:`sieve.dashboard`. A ``pages/`` directory starts a fresh server in Streamlit's
+legacy page-directory mode, which serves the first visit from the file names: so every file is named
+after its ``url_path`` below (``5_attack-lab.py`` → ``/attack-lab``) and a deep link as the first visit
+finds its page; that page's ``state.init_state()`` then switches the legacy mode off and reruns
+through this router (tests/dashboard/test_browser_deeplink.py opens a deep link on a fresh server).
 Test hooks: ``SIEVE_DASHBOARD_TINY=1`` (tiny in-process models) and ``SIEVE_DASHBOARD_DATASET`` /
 ``SIEVE_DASHBOARD_RUN`` / ``SIEVE_DASHBOARD_LEDGER``.
 """
@@ -25,12 +28,12 @@ if LOGO.exists():
     st.logo(str(LOGO))
 
 PAGES = [
-    st.Page(str(HERE / "views" / "0_overview.py"), title="Overview", icon=":material/home:", url_path="overview", default=True),
-    st.Page(str(HERE / "views" / "1_corpus.py"), title="Corpus & index", icon=":material/library_books:", url_path="corpus"),
-    st.Page(str(HERE / "views" / "2_explorer.py"), title="Query explorer", icon=":material/search:", url_path="explorer"),
-    st.Page(str(HERE / "views" / "3_geometry.py"), title="Geometry", icon=":material/scatter_plot:", url_path="geometry"),
-    st.Page(str(HERE / "views" / "4_tradeoffs.py"), title="Trade-offs", icon=":material/tune:", url_path="tradeoffs"),
-    st.Page(str(HERE / "views" / "5_attack_lab.py"), title="Attack lab", icon=":material/science:", url_path="attack-lab"),
-    st.Page(str(HERE / "views" / "6_alerts.py"), title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
+    st.Page(str(HERE / "pages" / "0_overview.py"), title="Overview", icon=":material/home:", url_path="overview", default=True),
+    st.Page(str(HERE / "pages" / "1_corpus.py"), title="Corpus & index", icon=":material/library_books:", url_path="corpus"),
+    st.Page(str(HERE / "pages" / "2_explorer.py"), title="Query explorer", icon=":material/search:", url_path="explorer"),
+    st.Page(str(HERE / "pages" / "3_geometry.py"), title="Geometry", icon=":material/scatter_plot:", url_path="geometry"),
+    st.Page(str(HERE / "pages" / "4_tradeoffs.py"), title="Trade-offs", icon=":material/tune:", url_path="tradeoffs"),
+    st.Page(str(HERE / "pages" / "5_attack-lab.py"), title="Attack lab", icon=":material/science:", url_path="attack-lab"),
+    st.Page(str(HERE / "pages" / "6_alerts.py"), title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
 ]
 st.navigation(PAGES).run()

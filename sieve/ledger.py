@@ -18,11 +18,15 @@ Storage: embedded SQLite in WAL mode with a busy timeout; writes use ``BEGIN IMM
 several processes can add and transition alerts concurrently. Adding the same flag twice
 (same content hash, detector, corpus hash and index version) is a no-op.
 
-Integrity: every open runs ``PRAGMA integrity_check``. A damaged ledger (a SQLite file that fails
-the check or cannot be read) is moved aside to ``<name>.corrupt-<timestamp>`` (with its ``-wal`` /
-``-shm`` side files) and :class:`LedgerCorruptError` names the side file; the next open starts an
-empty ledger. A file that is not SQLite at all (e.g. a corpus given as ``--ledger``) is never moved:
-:class:`LedgerError` refuses it. Rolling back a confirmed quarantine needs a reason (``why``).
+Integrity: every open runs ``PRAGMA integrity_check``. A damaged ledger — only what SQLite itself
+calls corruption: the check fails, ``SQLITE_CORRUPT`` ("database disk image is malformed") or
+``SQLITE_NOTADB`` ("file is not a database") — is moved aside to ``<name>.corrupt-<timestamp>`` (with
+its ``-wal`` / ``-shm`` side files) and :class:`LedgerCorruptError` names the side file; the next open
+starts an empty ledger. Everything else SQLite or the OS reports (a full disk, a read-only folder or
+file, an immutable file, an I/O error) is :class:`LedgerIOError`, one line naming the path and the
+cause: the file is never moved, so its quarantine stays in force. A file that is not SQLite at all
+(e.g. a corpus given as ``--ledger``) is never moved: :class:`LedgerError` refuses it. Rolling back a
+confirmed quarantine needs a reason (``why``).
 """
 from __future__ import annotations
 
@@ -112,6 +116,64 @@ class LedgerCorruptError(LedgerError):
         super().__init__(message)
         self.path = path
         self.side_file = side_file
+
+
+class LedgerIOError(LedgerError):
+    """The ledger could not be read or written (full disk, permissions, read-only or immutable file,
+    I/O error). The file was not moved or changed; its quarantine stays in force."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+#: SQLite primary result codes that mean the file itself is damaged (everything else is I/O).
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+class _IntegrityFailure(sqlite3.DatabaseError):
+    """``PRAGMA integrity_check`` did not answer ``ok`` (corruption by definition)."""
+
+
+def is_corruption(err: BaseException) -> bool:
+    """True only when SQLite says the file is damaged: a failed integrity check, ``SQLITE_CORRUPT``
+    or ``SQLITE_NOTADB``. Full disks, permissions, locks and I/O errors are not corruption."""
+    if isinstance(err, _IntegrityFailure):
+        return True
+    if not isinstance(err, sqlite3.DatabaseError):
+        return False
+    code = getattr(err, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return (code & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    msg = str(err).lower()
+    return "malformed" in msg or "not a database" in msg
+
+
+def _cause(err: BaseException) -> str:
+    if isinstance(err, OSError):
+        return err.strerror or str(err) or type(err).__name__
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _io_error(path: Path, err: BaseException, doing: str = "open") -> LedgerIOError:
+    cause = _cause(err)
+    hint = ""
+    low = cause.lower()
+    if "readonly" in low or "read-only" in low or "permission" in low or "not permitted" in low \
+            or "unable to open" in low:
+        hint = " (check that the file and its folder are writable and the file is not immutable)"
+    elif "full" in low or "no space" in low or _disk_full(path):
+        hint = " (the disk is full)"
+    return LedgerIOError(f"cannot {doing} quarantine ledger {path}: {cause}{hint}; the ledger was not moved "
+                         "or changed and its quarantine stays in force", path)
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path.parent if not path.is_dir() else path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -208,19 +270,30 @@ def _json_default(o: Any) -> Any:
 class Ledger:
     """The quarantine ledger at ``path`` (created on first use)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, timeout_s: float = 60.0, *,
+                 must_exist: bool = False) -> None:
+        """Open (or create) the ledger. ``must_exist``: refuse a missing file instead of starting an
+        empty ledger (:class:`LedgerIOError`) — a long-running service whose ledger disappeared (moved
+        aside as corrupt, deleted) must not go on silently with an empty quarantine."""
         self.path = Path(path) if path is not None else default_ledger_path()
-        if self.path.is_dir():
-            raise LedgerError(f"ledger path {self.path} is a directory; give a .sqlite file")
         self._timeout = timeout_s
-        existed = self.path.is_file() and self.path.stat().st_size > 0
-        if existed:
-            with open(self.path, "rb") as fh:
-                head = fh.read(len(_SQLITE_MAGIC))
-            if head != _SQLITE_MAGIC and not _looks_damaged_sqlite(self.path, head):
-                raise LedgerError(f"{self.path} is not a quarantine ledger (not a SQLite file); "
-                                  "it was not modified — give another --ledger path")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._read_only_cause: str | None = None
+        try:
+            if self.path.is_dir():
+                raise LedgerError(f"ledger path {self.path} is a directory; give a .sqlite file")
+            existed = self.path.is_file() and self.path.stat().st_size > 0
+            if must_exist and not existed:
+                raise LedgerIOError(f"quarantine ledger {self.path} is missing or empty (moved aside as corrupt, "
+                                    "or deleted); refusing to start an empty quarantine in its place", self.path)
+            if existed:
+                with open(self.path, "rb") as fh:
+                    head = fh.read(len(_SQLITE_MAGIC))
+                if head != _SQLITE_MAGIC and not _looks_damaged_sqlite(self.path, head):
+                    raise LedgerError(f"{self.path} is not a quarantine ledger (not a SQLite file); "
+                                      "it was not modified — give another --ledger path")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise _io_error(self.path, e) from None
         stamp = _file_stamp(self.path)   # before connecting (opening in WAL mode creates the -wal file)
         try:
             self._connect()
@@ -228,15 +301,69 @@ class Ledger:
                 res = self.integrity_check()
                 if res != "ok":
                     lines = [x for x in res.splitlines() if x.strip() and not x.startswith("***")]
-                    raise sqlite3.DatabaseError("integrity check: " + (lines[0] if lines else res.strip()))
+                    raise _IntegrityFailure("integrity check: " + (lines[0] if lines else res.strip()))
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e)):
+                self._close_quietly()
                 raise
+            if not is_corruption(e):   # full disk, read-only folder, immutable file, I/O error: never moved
+                self._close_quietly()
+                if existed and self._open_read_only(e):
+                    return   # reads (and so the quarantine) keep working; writes fail with the cause
+                raise _io_error(self.path, e) from None
             self._quarantine_file(e)
-        with self._write() as c:   # executescript would commit on its own; run statements in one transaction
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
+        try:
+            with self._write() as c:   # executescript would commit on its own; run statements in one transaction
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+        except LedgerError:
+            self._close_quietly()
+            raise
+
+    def _open_read_only(self, cause: BaseException) -> bool:
+        """After an I/O error on open: the same file read-only (``mode=ro``; ``immutable=1`` when no
+        write-ahead log holds unapplied changes), integrity-checked. Writes then raise
+        :class:`LedgerIOError` with the original ``cause``."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            wal_empty = not wal.exists() or wal.stat().st_size == 0
+        except OSError:
+            wal_empty = False
+        uri = self.path.resolve().as_uri()
+        for query in ("mode=ro", *(("mode=ro&immutable=1",) if wal_empty else ())):
+            try:
+                conn = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=self._timeout, isolation_level=None,
+                                       check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                res = str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+            except sqlite3.Error as e:
+                if is_corruption(e):
+                    self._conn = conn
+                    self._quarantine_file(e)
+                try:
+                    conn.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                continue
+            if res != "ok":
+                self._conn = conn
+                self._quarantine_file(_IntegrityFailure("integrity check: " + res.splitlines()[0]))
+            self._conn = conn
+            self._read_only_cause = _cause(cause)
+            return True
+        return False
+
+    @property
+    def read_only(self) -> bool:
+        """True when the ledger could only be opened for reading (full disk, read-only folder or file)."""
+        return self._read_only_cause is not None
+
+    def _close_quietly(self) -> None:
+        try:
+            self._conn.close()
+        except Exception:  # noqa: BLE001 - the connection may never have opened
+            pass
 
     def _connect(self) -> None:
         self._conn = sqlite3.connect(str(self.path), timeout=self._timeout, isolation_level=None,
@@ -286,15 +413,40 @@ class Ledger:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One IMMEDIATE transaction (takes the write lock up front; waits up to the busy timeout)."""
-        self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+        """One IMMEDIATE transaction (takes the write lock up front; waits up to the busy timeout).
+        A failed write (full disk, read-only file, damage) rolls back and is one :class:`LedgerError`
+        naming the ledger; nothing is moved."""
+        if self._read_only_cause is not None:
+            raise _io_error(self.path, sqlite3.OperationalError(self._read_only_cause), "write")
+        with self._db("write"):
+            self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield self._conn
+            except BaseException:
+                try:
+                    self._conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise
+            else:
+                self._retry(lambda: self._conn.execute("COMMIT"))
+
+    @contextmanager
+    def _db(self, doing: str = "read") -> Iterator[None]:
+        """SQLite / OS errors of an operation as one :class:`LedgerError` naming the ledger: damage is
+        :class:`LedgerCorruptError` (the file is checked, and moved aside, on its next open), anything
+        else :class:`LedgerIOError`. Lock timeouts stay ``sqlite3.OperationalError``."""
         try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        else:
-            self._retry(lambda: self._conn.execute("COMMIT"))
+            yield
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e)):
+                raise
+            if is_corruption(e):
+                raise LedgerCorruptError(f"quarantine ledger {self.path} is corrupt ({_cause(e)}); it is moved aside "
+                                         "on its next open", self.path, None) from None
+            raise _io_error(self.path, e, doing) from None
+        except OSError as e:
+            raise _io_error(self.path, e, doing) from None
 
     def close(self) -> None:
         self._conn.close()
@@ -380,7 +532,8 @@ class Ledger:
         return Alert(**d)
 
     def get(self, alert_id: str) -> Alert:
-        row = self._conn.execute("SELECT * FROM alerts WHERE alert_id = ?", (alert_id,)).fetchone()
+        with self._db():
+            row = self._conn.execute("SELECT * FROM alerts WHERE alert_id = ?", (alert_id,)).fetchone()
         if row is None:
             raise LedgerError(f"no alert with id {alert_id!r}")
         return self._alert(row)
@@ -405,19 +558,22 @@ class Ledger:
         sql = "SELECT * FROM alerts" + (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY {SORTS[sort]}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [self._alert(r) for r in self._conn.execute(sql, args)]
+        with self._db():
+            return [self._alert(r) for r in self._conn.execute(sql, args)]
 
     def history(self, alert_id: str) -> list[HistoryEntry]:
-        rows = self._conn.execute("SELECT alert_id, from_state, to_state, who, why, at FROM history "
-                                  "WHERE alert_id = ? ORDER BY id", (alert_id,)).fetchall()
+        with self._db():
+            rows = self._conn.execute("SELECT alert_id, from_state, to_state, who, why, at FROM history "
+                                      "WHERE alert_id = ? ORDER BY id", (alert_id,)).fetchall()
         if not rows:
             self.get(alert_id)  # raises for an unknown id
         return [HistoryEntry(**dict(r)) for r in rows]
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in STATES}
-        for r in self._conn.execute("SELECT state, COUNT(*) AS n FROM alerts GROUP BY state"):
-            out[r["state"]] = r["n"]
+        with self._db():
+            for r in self._conn.execute("SELECT state, COUNT(*) AS n FROM alerts GROUP BY state"):
+                out[r["state"]] = r["n"]
         return out
 
     def excluded_ids(self, policy: str = "open_and_confirmed", *, corpus_hash: str | None = None) -> set[str]:
@@ -432,7 +588,8 @@ class Ledger:
         if corpus_hash is not None:
             sql += " AND corpus_hash = ?"
             args.append(corpus_hash)
-        return {r["doc_id"] for r in self._conn.execute(sql, args)}
+        with self._db():
+            return {r["doc_id"] for r in self._conn.execute(sql, args)}
 
     def quarantined_ids(self, documents: Iterable[Any], policy: str = "open_and_confirmed") -> set[str]:
         """Ids of ``documents`` (objects with ``id`` and ``hash``/``text``) that retrieval must exclude
@@ -443,9 +600,10 @@ class Ledger:
         states = EXCLUSION_POLICIES[policy]
         if not states:
             return set()
-        rows = self._conn.execute(
-            f"SELECT doc_id, content_hash FROM alerts WHERE state IN ({','.join('?' * len(states))})", list(states))
-        flagged = {(r["doc_id"], r["content_hash"]) for r in rows}
+        with self._db():
+            rows = self._conn.execute(
+                f"SELECT doc_id, content_hash FROM alerts WHERE state IN ({','.join('?' * len(states))})", list(states))
+            flagged = {(r["doc_id"], r["content_hash"]) for r in rows}
         if not flagged:
             return set()
         from sieve.types import content_hash

@@ -140,7 +140,7 @@ class Registry:
             return BUILTIN_DISTRIBUTION, _builtin_version()
         return module.split(".")[0] or "unknown", ""   # imported by hand, not through an entry point
 
-    def register(self, cls: type) -> type:
+    def register(self, cls: Any) -> Any:
         """Class decorator: register ``cls`` under ``cls.name`` and each name of ``cls.presets``.
         A name already taken by another class raises :class:`NameClashError` naming both packages;
         nothing of ``cls`` is registered then."""

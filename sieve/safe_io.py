@@ -10,7 +10,9 @@ Rules (docs/design.md "Product decisions": the user's files are never modified):
   (:func:`atomic_open`, :func:`atomic_write_text`), so an interrupted write leaves the old file.
 
 Errors are :class:`UnsafeWriteError` (a ``ValueError``) with a one-line message naming the path;
-the command line turns them into ``error: …`` and exit code 2.
+an OS error while writing (full disk, read-only file system, permissions, immutable file) is its
+subclass :class:`WriteFailedError`, naming the path and the cause, after the temporary file was
+removed. The command line turns them into ``error: …`` and exit code 2.
 """
 from __future__ import annotations
 
@@ -26,6 +28,32 @@ DATASET_FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".txt", 
 
 class UnsafeWriteError(ValueError):
     """A write was refused (would replace a protected or foreign file, or the path cannot be written)."""
+
+
+class WriteFailedError(UnsafeWriteError):
+    """The operating system refused a write (full disk, read-only file system, permissions, I/O
+    error): one line naming the target and the cause; no partial file is left behind."""
+
+    def __init__(self, message: str, path: Path, errno_: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.errno = errno_
+
+
+def write_failed(path: str | os.PathLike[str], err: OSError, what: str = "") -> WriteFailedError:
+    """``err`` while writing ``path`` as one :class:`WriteFailedError` line (path and cause)."""
+    import errno as _errno
+
+    cause = err.strerror or str(err) or type(err).__name__
+    if err.errno in (_errno.ENOSPC, getattr(_errno, "EDQUOT", -1)):
+        cause += " (the disk is full)"
+    elif err.errno == _errno.EROFS:
+        cause += " (the file system is mounted read-only)"
+    elif err.errno in (_errno.EACCES, _errno.EPERM):
+        cause += " (no write permission, or the file is immutable)"
+    label = f"{what} " if what else ""
+    return WriteFailedError(f"cannot write {label}{path}: {cause}; nothing was written there "
+                            "(an earlier file at that path is unchanged)", Path(path), err.errno)
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -135,7 +163,10 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | N
     ``path`` (the old content stays intact if anything fails)."""
     p = Path(path)
     binary = "b" in mode
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    except OSError as e:
+        raise write_failed(p, e) from None
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding,
                        newline=None if binary else newline) as fh:
@@ -150,11 +181,15 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | N
         else:
             os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        # an OS error of the write itself (no file name, or the temporary file / target): one line
+        if isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, IsADirectoryError)) \
+                and e.filename in (None, tmp, str(p)):
+            raise write_failed(p, e) from None
         raise
 
 

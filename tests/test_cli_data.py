@@ -75,11 +75,11 @@ def test_search_prints_untrusted_text_as_plain_text(dataset):
     r = runner.invoke(app, ["search", str(dataset), "Nile river", "-k", "1", "-r", "tiny-hashing"])
     assert r.exit_code == 0, r.output
     assert "\x1b" not in r.output and "\u202e" not in r.output
-    assert "Nile [31m river gnol second line" in r.output
+    assert "Nile\\x1b[31m river\\u202e gnol second line" in r.output   # shown visibly, never interpreted
 
 
 def test_plain_strips_controls_and_truncates():
-    assert plain("a\tb\x00c\u200b d\n\ne") == "a b c d e"
+    assert plain("a\tb\x00c\u200b d\n\ne") == "a b\\x00c\\u200b d e"   # shown visibly (issue 26)
     assert plain("abcdefghij", 5) == "abcd…"
 
 

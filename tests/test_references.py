@@ -1,9 +1,9 @@
 """Every repository file that code, tests and docs point at exists.
 
-Scanned: every ``.py`` under sieve/ (the benchmarks included), views/, scripts/ and tests/ (plus the shell scripts in
+Scanned: every ``.py`` under sieve/ (the benchmarks included), pages/, scripts/ and tests/ (plus the shell scripts in
 scripts/), app.py, README.md and every ``.md`` under docs/. Checked:
 
-* a path whose first component is a top-level project directory (docs, sieve, views, tests, bench,
+* a path whose first component is a top-level project directory (docs, sieve, pages, tests, bench,
   scripts, demo_data, examples, assets) exists relative to the repository root (the top-level bench
   directory is gone — the benchmarks are ``sieve/bench/`` — so a path into it is reported). A trailing line
   number or section mark is not part of the path. Glob patterns and ``<placeholder>`` paths are
@@ -24,8 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TOP_DIRS = ("docs", "sieve", "views", "tests", "bench", "scripts", "demo_data", "examples", "assets")
-PY_DIRS = ("sieve", "views", "scripts", "tests")
+TOP_DIRS = ("docs", "sieve", "pages", "tests", "bench", "scripts", "demo_data", "examples", "assets")
+PY_DIRS = ("sieve", "pages", "scripts", "tests")
 SKIP_PARTS = {"__pycache__", ".pytest_cache", ".venv", "test-artifacts", ".sieve", "node_modules"}
 
 #: Path components created only at run time (never in the repository).

@@ -26,6 +26,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,10 @@ def family_effectiveness(exp: Experiment, records, depth: int) -> dict[str, floa
     snap = exp.snapshot(f"bench:{records[0].attack}", documents=docs)
     from sieve.defenses.tris import layer1
 
-    hits, n5, best, l1_kept = [], [], [], []
+    hits: list[bool] = []
+    n5: list[int] = []
+    best: list[int] = []
+    l1_kept: list[bool] = []
     for r in records:
         own = {d.id for d in r.documents}
         ranking = exp.rank(r.query, snapshot=snap, query_id=r.query_id, depth=depth)
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     by_family = {f: [r for r in ds.attacks if r.attack == f] for f in ds.attack_families()}
     for fam in ATTACKS.names():
         if fam not in by_family and fam not in ("pr_w", "paraphrase", "judge_aware") and ds.targets:
-            extra = {"data": str(args.data)} if "data" in ATTACKS.entry(fam).param_names() else {}
+            extra: dict[str, Any] = {"data": str(args.data)} if "data" in ATTACKS.entry(fam).param_names() else {}
             by_family[fam] = generate_attack(fam, ds.targets, res, **extra).records
 
     if args.families:

@@ -60,7 +60,8 @@ def _class_mode_child(root: str) -> int:
     import sieve
 
     assert Path(sieve.__file__).resolve().is_relative_to(Path(root).resolve()), sieve.__file__
-    page = str(Path(root) / "views" / "5_attack_lab.py")
+    page = next((str(p) for p in (Path(root) / "pages" / "5_attack-lab.py", Path(root) / "views" / "5_attack_lab.py")
+                 if p.exists()), str(Path(root) / "pages" / "5_attack-lab.py"))   # a baseline may predate pages/
     out: dict[str, float | str] = {}
     for phase in ("cold", "warm"):
         t0 = time.perf_counter()

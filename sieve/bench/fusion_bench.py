@@ -33,6 +33,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +142,7 @@ def main() -> None:
     calib, test_clean = clean[:a.calib], clean[a.calib:a.calib + a.clean_test]
     families = a.families.split(",") if a.families else ds.attack_families()
     full = tuple(a.evidence.split(","))
-    configs = {"default": {"evidence": full}}
+    configs: dict[str, dict[str, Any]] = {"default": {"evidence": full}}
     if not a.no_ablation:
         configs.update({f"without {e}": {"evidence": tuple(x for x in full if x != e)} for e in full})
         for extra in ("answer", "ragdefender", "rouge", "similarity"):
@@ -211,6 +212,7 @@ def main() -> None:
         print(f"  {name:<22} clean removal {c.rate:.3f} ({c.k}/{c.n})  "
               + "  ".join(f"{f} {r.rate:.2f}" for f, r in fams.items())
               + f"   [{time.perf_counter() - t:.0f} s]", flush=True)
+    assert full_defense is not None   # configs always holds "default"
 
     lines = ["| configuration | clean removal (held-out) | " + " | ".join(families) + " |",
              "|---|---|" + "---|" * len(families)]
@@ -235,6 +237,7 @@ def main() -> None:
     fus, base = latency(exp, full_defense, lat_rankings)
     f50, f95 = percentiles(fus)
     b50, b95 = percentiles(base)
+    assert f50 is not None and f95 is not None and b50 is not None and b95 is not None, "no latency measured"
     lat = (f"warm latency per query at depth 50 ({a.latency_condition} rankings, n={len(fus)}): fusion p50 {f50:.1f} ms, p95 {f95:.1f} ms; "
            f"RSQ alone p50 {b50:.1f} ms, p95 {b95:.1f} ms; ratio p50 {f50 / b50:.2f}×, p95 {f95 / b95:.2f}×")
     print(f"\nAblation (poison-in-context, Wilson 95 % CI; n per family = {a.limit})\n" + ablation)

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def bench_retrievers(names: list[str], texts: list[str], queries: list[str], nq:
     from sieve.index.embedding import embed_documents
     from sieve.models import load_embedder
 
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for name, backend in ((n, b) for n in names for b in backends):
         cfg = SieveConfig(models=ModelsConfig(backend=backend))
         t0 = time.perf_counter()

@@ -17,6 +17,7 @@ import glob
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def run_large(label: str, ids, texts, vectors, modes: list[str], sample: int) ->
               f"recall {rec:.4f} (on the sample)  flags {int(a.flagged.sum()):>5}")
 
 
-def run(label: str, ids, texts, vectors, modes: list[str]) -> dict[str, object]:
+def run(label: str, ids, texts, vectors, modes: list[str]) -> dict[str, Any]:
     results = {}
     exact = None
     for mode in modes:

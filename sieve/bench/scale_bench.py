@@ -149,6 +149,7 @@ def embed_bench(args: argparse.Namespace, workdir: Path) -> None:
                 t = time.perf_counter()
                 rep, ing = run_corpus_audit(src, workdir=Path(wd), embedder=factory, model_id=model_id,
                                             mode="auto", engine=engine, progress=False)
+                assert ing is not None   # a text corpus is always embedded
                 rows.setdefault(engine, []).append({"embed_docs_per_s": ing.docs_per_second,
                                                     "rsg_seconds": rep.summary["seconds"],
                                                     "total_seconds": time.perf_counter() - t,

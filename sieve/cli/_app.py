@@ -69,14 +69,24 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             known = known + (ModelError,)
         except ImportError:  # pragma: no cover
             pass
+        known = known + (OSError,)   # a full disk, a read-only file system: one line, never a traceback
+        import sqlite3
+
         try:
             return fn(*args, **kwargs)
         except known as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             if isinstance(e, OSError) and e.filename and e.strerror:
                 msg = f"{e.filename}: {e.strerror}"
+            elif isinstance(e, OSError) and e.strerror:
+                msg = e.strerror
             msg = " ".join(str(msg).split())   # one line
             typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2) from None
+        except sqlite3.OperationalError as e:   # a cache database on a full or read-only disk
+            if "locked" in str(e) or "busy" in str(e):
+                raise
+            typer.secho(f"error: SQLite cache: {' '.join(str(e).split())}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)

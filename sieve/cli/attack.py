@@ -13,6 +13,7 @@ from typing import Any, Optional
 import typer
 
 from sieve.cli._app import UserError, app, user_errors
+from sieve.cli.common import plain
 
 
 @app.command("attack")
@@ -90,7 +91,7 @@ def attack_command(
         typer.echo(f"merged {written} {attack} records into {append_to} (replaced {replaced} earlier lines of "
                    f"these targets, kept {kept} other lines)")
     for qid, reason in output.skipped:
-        typer.secho(f"skipped {qid}: {reason}", fg=typer.colors.YELLOW, err=True)
+        typer.secho(f"skipped {plain(qid)}: {plain(reason)}", fg=typer.colors.YELLOW, err=True)
     st = output.stats
     typer.echo(f"targets {st['targets']}, generated {st['generated']}, skipped {st['skipped']}, "
                f"{st['seconds']:.1f} s")

@@ -123,7 +123,7 @@ def audit_command(
     docs, injected = report.snapshot.documents, report.snapshot.injected
     out_dir = out or Path(cfg.cache_dir) / "audits" / f"{ds.name}-{condition}"
     json_path, csv_path = report.write(out_dir, protected=dataset_files(ds.path), force=force)
-    typer.echo(f"snapshot   {ds.name} ({condition}): {len(docs)} documents"
+    typer.echo(f"snapshot   {plain(ds.name)} ({plain(condition)}): {len(docs)} documents"
                + (f" incl. {len(injected)} injected" if injected else ""))
     _print_report(report, mode, engine, json_path, csv_path, ledger_path, no_ledger, cfg, ds.name)
 
@@ -167,7 +167,7 @@ def _corpus_audit(corpus: Path, workdir: Optional[Path], shard_rows: int, out: O
     out_dir = out or Path(cfg.cache_dir) / "audits" / f"{name}-corpus"
     json_path, csv_path = report.write(out_dir, protected=[corpus, wd], force=force)
     ing = report.summary.get("ingest")
-    typer.echo(f"snapshot   {name} (corpus): {report.summary['documents']} documents"
+    typer.echo(f"snapshot   {plain(name)} (corpus): {report.summary['documents']} documents"
                + (f" in {ing['shards']} shard{'s' if ing['shards'] != 1 else ''}" if ing else ""))
     _print_report(report, mode, engine, json_path, csv_path, ledger_path, no_ledger, cfg, name)
 

@@ -7,7 +7,6 @@ OpenAI-compatible endpoint is configured, which stays real (endpoint chaos tests
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -27,16 +26,13 @@ RETRIEVER_HELP = ("Retriever model: all-mpnet-base-v2 (default), all-MiniLM-L6-v
                   "or a local model path.")
 CONFIG_HELP = "YAML config file (default: $SIEVE_CONFIG, else built-in defaults)."
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-
-
 def plain(text: str, width: int | None = None) -> str:
-    """Untrusted text as one printable line: control / bidi characters removed, whitespace
-    collapsed, cut to ``width`` characters with an ellipsis."""
-    s = " ".join(_UNSAFE.sub(" ", text).split())
-    if width is not None and len(s) > width:
-        s = s[: max(0, width - 1)] + "…"
-    return s
+    """Untrusted text as one printable terminal line (:func:`sieve.escape.terminal_text`): control,
+    escape and bidi characters shown visibly as ``\\xNN`` / ``\\uNNNN``, whitespace collapsed, cut to
+    ``width`` characters with an ellipsis."""
+    from sieve.escape import terminal_text
+
+    return terminal_text(text, width)
 
 
 def split_list(v: Optional[str]) -> Optional[list[str]]:

@@ -126,7 +126,7 @@ def search_command(
     if excluded:
         typer.echo(f"({len(excluded)} quarantined document(s) excluded by the ledger, policy {quarantine}; "
                    "`--quarantine none` shows them)", err=True)
-    typer.echo(f"{len(ranking.documents)} of {len(snap)} documents ({condition}) for: {plain(query, 200)}")
+    typer.echo(f"{len(ranking.documents)} of {len(snap)} documents ({plain(condition)}) for: {plain(query, 200)}")
     id_w = min(32, max((len(plain(d.id)) for d in ranking.documents), default=2))
     typer.echo(f"{'rank':>4}  {'score':>6}  {'':6}  {'id':<{id_w}}  text")
     for d in ranking.documents:

@@ -85,6 +85,14 @@ def eval_command(
         raise
     typer.echo(format_table(summary))
     typer.echo(f"\nwrote {out}/config.json, records.jsonl, summary.json — `sieve report {out}` for plots")
+    if summary.get("n_retried"):
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted((summary.get("retried_reasons") or {}).items()))
+        typer.echo(f"retried {summary['n_retried']} items that had failed for a reason not their own ({reasons})")
+    n_items, n_failed = int(summary.get("n_items") or 0), int(summary.get("n_items_failed") or 0)
+    if n_items and n_failed == n_items:
+        typer.secho(f"error: every one of the {n_items} items failed (see the DEGRADED rows and {out}/records.jsonl); "
+                    "no result to report", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
 
 
 @app.command("report")

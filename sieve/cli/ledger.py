@@ -68,14 +68,14 @@ def ledger_list(
     typer.echo("alerts     " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     for a in alerts:
         score = "n/a" if a.score is None else f"{a.score:.3f}"
-        typer.echo(f"{a.alert_id}  {a.state:<11} {a.detector:<5} score {score}  {plain(a.doc_id, 40)}  "
+        typer.echo(f"{a.alert_id}  {a.state:<11} {plain(a.detector):<5} score {score}  {plain(a.doc_id, 40)}  "
                    f"{plain(a.reason, 60)}")
 
 
 def _transition(alert_id: str, new_state: str, who: Optional[str], why: str, ledger_path: Optional[Path]) -> None:
     with _ledger(ledger_path) as led:
         a = led.transition(alert_id, new_state, who or getpass.getuser(), why)
-    typer.echo(f"{a.alert_id}  {a.doc_id}: now {a.state}")
+    typer.echo(f"{a.alert_id}  {plain(a.doc_id)}: now {a.state}")
 
 
 _WHO = typer.Option(None, "--who", help="Analyst name (default: the login name).")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import typer
 
 from sieve.cli._app import app
+from sieve.cli.common import plain
 from sieve.registry import ATTACKS, DEFENSES
 
 
@@ -19,7 +20,7 @@ def list_recipes() -> None:
         w = max((len(e.name) for e in entries), default=4)
         for e in entries:
             needs = ", ".join(e.needs) if e.needs else "nothing"
-            origin = "" if e.builtin else f"  (from {e.provider})"
-            typer.echo(f"  {e.name:<{w}}  {e.summary}  [{e.paper}; needs: {needs}]{origin}")
+            origin = "" if e.builtin else f"  (from {plain(e.provider)})"   # plugin metadata: untrusted text
+            typer.echo(f"  {plain(e.name):<{w}}  {plain(e.summary)}  [{plain(e.paper)}; needs: {plain(needs)}]{origin}")
     for p in problems:
-        typer.secho(f"warning: {p.message}", fg=typer.colors.YELLOW, err=True)
+        typer.secho(f"warning: {plain(p.message)}", fg=typer.colors.YELLOW, err=True)

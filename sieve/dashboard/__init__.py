@@ -1,4 +1,4 @@
-"""Framework-free service layer of the Streamlit dashboard (``app.py`` + ``views/``).
+"""Framework-free service layer of the Streamlit dashboard (``app.py`` + ``pages/``).
 
 * :mod:`sieve.dashboard.safe` – untrusted document text → safe display pieces (never raw HTML);
 * :mod:`sieve.dashboard.session` – modes, paths, models, dataset and its experiment (every page);

@@ -123,6 +123,47 @@ def find_document_text(ds: Any, doc_id: str) -> str | None:
     return None
 
 
+def labels_key(labels: Any) -> str:
+    """A short stable digest of widget option labels (a widget key that changes when a label does)."""
+    import hashlib
+
+    return hashlib.sha1("\n".join(labels).encode("utf-8")).hexdigest()[:10]
+
+
+def batch_label(alert: Any) -> str:
+    """The audit batch an alert came from: the snapshot it was recorded on and when (every flag of one
+    recorded audit shares both)."""
+    return f"{alert.detector} on {alert.corpus_id} · {time.strftime('%Y-%m-%d %H:%M', time.localtime(alert.created_at))}"
+
+
+#: Columns of the Alerts page's CSV export: what the triage list shows, in its order.
+TRIAGE_EXPORT_COLUMNS = ("alert_id", "doc_id", "state", "priority", "detector", "detector_score", "threshold",
+                         "reason", "false_positive_hints", "batch", "corpus_id", "created", "updated")
+
+
+def triage_csv(alerts: Sequence[Any]) -> bytes:
+    """CSV bytes of the triage list as shown: id, state, priority (the score the list shows, RSG's own
+    score saturates at 1.0 and is kept as ``detector_score``), the plain reason and the batch, in the
+    list's order."""
+    import csv
+    import io
+
+    from sieve.experiment.explain import alert_explanation
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(TRIAGE_EXPORT_COLUMNS)
+    stamp = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))  # noqa: E731
+    for a in alerts:
+        ex = alert_explanation(a.evidence or {})
+        w.writerow([a.alert_id, a.doc_id, a.state, f"{ex.priority:.3f}", a.detector,
+                    "" if a.score is None else f"{float(a.score):.3f}",
+                    "" if a.threshold is None else f"{float(a.threshold):.3f}",
+                    ex.reason if ex.priority > 0 else a.reason, len(ex.hints), batch_label(a), a.corpus_id,
+                    stamp(a.created_at), stamp(a.updated_at)])
+    return buf.getvalue().encode("utf-8")
+
+
 def alerts_csv(ledger: Any, **filters: Any) -> bytes:
     """CSV bytes of the filtered alerts, written by :meth:`sieve.ledger.Ledger.export_csv`."""
     with tempfile.TemporaryDirectory(prefix="sieve-alerts-") as tmp:

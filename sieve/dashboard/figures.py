@@ -1,14 +1,15 @@
 """Plotly figure builders for the dashboard. Inputs are library outputs (evidence dicts, data frames);
-document text only ever reaches a figure as ``html.escape``-d hover text (:func:`safe.hover_text`)."""
+document text only ever reaches a figure as escaped hover text (:func:`safe.hover_text`), and every id
+or name shown as a label, tick, legend entry or hover goes through :func:`sieve.escape.plotly_label`."""
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from sieve.dashboard.safe import hover_text
+from sieve.escape import plotly_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +31,7 @@ def rsq_components(rows: dict[str, dict[str, Any]], eta_q: float = 1.0, ids: Seq
     """Stacked bar of E_a, E_i, E_p, E_s per candidate with the decision threshold η_Q (§3.6)."""
     order = list(ids) if ids is not None else list(rows)
     order = [i for i in order if i in rows]
-    labels = [f"#{rows[i].get('rank', '?')} {i[:24]}" for i in order]
+    labels = [plotly_label(f"#{rows[i].get('rank', '?')} {i[:24]}") for i in order]   # ids are untrusted
     fig = _fig("RSQ evidence S = E_a + E_i + E_p + E_s (top-5 vs ranks 6–20)", barmode="stack")
     for comp in ("E_a", "E_i", "E_p", "E_s"):
         fig.add_bar(x=labels, y=[float(rows[i].get(comp, 0.0)) for i in order], name=COMPONENT_NAMES[comp],
@@ -170,7 +171,7 @@ def corpus_density(df: "pd.DataFrame", selected: str | None = None, row: Any = N
 
 def _esc(name: Any) -> str:
     """A defense / attack-family name as plotly legend or axis text (plotly reads a subset of HTML there)."""
-    return html.escape(str(name), quote=True)
+    return plotly_label(name)
 
 
 def _num(v: Any) -> float:
@@ -262,7 +263,7 @@ def rank_strip(rankings: dict[str, Any], top: int = 20) -> go.Figure:
     fig = _fig("Top-20 ranks (red = poison)", height=80 + 60 * max(1, len(rankings)))
     for label, ranking in rankings.items():
         docs = ranking.documents[:top]
-        fig.add_scatter(x=[d.rank for d in docs], y=[label] * len(docs), mode="markers",
+        fig.add_scatter(x=[d.rank for d in docs], y=[plotly_label(label)] * len(docs), mode="markers",
                         marker=dict(size=16, symbol="square", color=["#d62728" if d.poison else "#9ecae1" for d in docs]),
                         hovertext=[f"#{d.rank} {hover_text(d.id, 40)}<br>{hover_text(d.text)}" for d in docs],
                         hoverinfo="text", showlegend=False)

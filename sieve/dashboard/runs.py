@@ -40,9 +40,10 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     """A run directory written by ``sieve eval``, or a compact shipped run (``records.compact.jsonl.gz``
     made by :func:`compact_run`, no records.jsonl): :func:`sieve.evaluation.report.load_run`, which
     reads every file through :mod:`sieve.evaluation.records`."""
-    from sieve.evaluation.report import ReportError, load_run as _load
+    from sieve.evaluation.report import ReportError
+    from sieve.evaluation.report import load_run as _load
 
-    cfg, summary, records = _load(run_dir)
+    cfg, summary, records = _load(Path(run_dir))
     if not records:
         raise ReportError(f"{run_dir}: records.jsonl is empty; run `sieve eval` to fill it")
     return RunData(Path(run_dir), cfg, summary, records)
@@ -55,7 +56,7 @@ def threshold_knobs(run: RunData, defense: str) -> list[dict[str, Any]]:
     recorded raw scores."""
     from sieve.evaluation.tradeoffs import defense_for_record
 
-    declared = [k for k in defense_for_record(defense).threshold_knobs() if "." not in k]
+    declared = [k for k in defense_for_record(defense).threshold_knobs() if "." not in k and "__" not in k]
     recs = [r for r in run.records if r["defense"] == defense and not r.get("error")]
     knobs = []
     for knob in declared:
@@ -234,6 +235,25 @@ _COMPACT_KEYS = ("query_id", "condition", "defense", "query", "correct_answers",
                  "ranking", "decisions", "context_ids", "fallback_used", "answer", "latency_ms", "error", "layers_run")
 
 
+#: Evidence keys a defense's ``decide`` reads (re-deciding at a Trade-offs threshold): TRIS's L2
+#: features and L3 delta, fusion's round, the serial stages' own decisions (``Serial.scores_from``).
+_DECIDE_EVIDENCE = ("L2", "relaxed", "round", "drivers", "values", "p_values", "survivor_rank", "layer_scores",
+                    "branch", "abstained", "min_count")
+_STAGE_META = ("status", "score", "threshold", "flagged", "reason", "layer", "seen")
+_L3_KEEP = ("status", "delta", "internal_answer", "verdict")
+
+
+def compact_evidence(ev: dict[str, Any]) -> dict[str, Any]:
+    """The part of one decision's evidence that re-deciding reads (bulky traces dropped)."""
+    out: dict[str, Any] = {k: ev[k] for k in _DECIDE_EVIDENCE if k in ev}
+    if isinstance(ev.get("L3"), dict):
+        out["L3"] = {k: ev["L3"][k] for k in _L3_KEEP if k in ev["L3"]}
+    for k, v in ev.items():   # a serial composition's stage entries (sieve.defenses.pipeline.Serial)
+        if isinstance(v, dict) and "status" in v and ("flagged" in v or v.get("seen") is False):
+            out[k] = {**{m: v[m] for m in _STAGE_META if m in v}, **compact_evidence(v)}
+    return out
+
+
 def compact_record(rec: dict[str, Any]) -> dict[str, Any]:
     """One record without bulky evidence (RSQ traces, anchor lists): what :func:`recompute_run`,
     :func:`roc_data` and the summary need, with scores rounded to 6 digits."""
@@ -245,8 +265,7 @@ def compact_record(rec: dict[str, Any]) -> dict[str, Any]:
         d = {k: dd.get(k) for k in ("doc_id", "removed", "status", "score", "threshold", "layer", "reason") if k in dd}
         if isinstance(d.get("score"), float):
             d["score"] = round(d["score"], 6)
-        ev = dd.get("evidence") or {}
-        keep = {k: ev[k] for k in ("L2", "stage") if k in ev}   # read by TRIS / serial pipelines' redecide
+        keep = compact_evidence(dd.get("evidence") or {})
         if keep:
             d["evidence"] = keep
         decs.append(d)

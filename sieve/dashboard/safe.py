@@ -21,8 +21,11 @@ def snippet(text: str, n: int = 140) -> str:
 
 
 def hover_text(text: str, n: int = 160) -> str:
-    """Plotly hover text: an HTML-escaped snippet (plotly renders a subset of HTML in hover labels)."""
-    return html.escape(snippet(text, n))
+    """Plotly hover text: an escaped snippet (plotly renders a subset of HTML in hover labels, and
+    ``%{…}`` in a hovertemplate): :func:`sieve.escape.plotly_label`."""
+    from sieve.escape import plotly_label
+
+    return plotly_label(snippet(text, n))
 
 
 def highlight_segments(text: str, tokens: Iterable[str]) -> list[tuple[str, bool]]:

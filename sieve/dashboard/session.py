@@ -144,7 +144,8 @@ def load_dataset(path: str | os.PathLike[str]) -> "Dataset":
     """:func:`sieve.corpus.load_dataset` restricted to :func:`dataset_roots`. A missing path and a path
     outside the allowed folders get the same message (the dashboard never reveals whether a
     server path exists); validation problems are DatasetErrors naming file, line and field."""
-    from sieve.corpus import DatasetError, load_dataset as _load
+    from sieve.corpus import DatasetError
+    from sieve.corpus import load_dataset as _load
 
     if not str(path).strip():
         raise DatasetError("<path>", None, None, "give a dataset directory or a corpus file")

@@ -38,8 +38,24 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def _ensure_router() -> None:
+    """A fresh server starts in Streamlit's legacy page-directory mode (``pages/`` beside ``app.py``):
+    the first visit, when it is a deep link, runs the page file found by its name (each file is
+    named after its ``url_path``, so ``/attack-lab`` finds ``pages/5_attack-lab.py``) without
+    ``app.py``'s ``st.navigation``. Switch that process-wide mode off and rerun the same page through
+    ``app.py`` (page identity is the url path in both modes)."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # pragma: no cover - other Streamlit versions
+        return
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def init_state() -> None:
     """Fill missing session keys with defaults (idempotent; called by every page)."""
+    _ensure_router()
     for k, v in DEFAULTS.items():
         if k not in st.session_state:
             st.session_state[k] = json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v
@@ -196,21 +212,52 @@ def audit(condition: str, progress: bool = False) -> "AuditReport":
     key = (_ds_key(ds), condition)
     if key in store:
         return store[key]
-    bar = st.progress(0.0, text="Preparing the RSG audit (loads the retriever index the first time)…") if progress else None
-
-    def step(frac: float, msg: str) -> None:
-        if bar is not None:
-            bar.progress(min(1.0, max(0.0, float(frac))), text=f"RSG audit: {md_escape(msg)}")
-
-    try:
-        report = A.audit(experiment(), condition, step)
-    finally:
-        if bar is not None:
-            bar.empty()
+    if not progress:
+        report = A.audit(experiment(), condition)
+    else:
+        report = _audit_with_progress(experiment(), condition)
     while len(store) >= 16:
         store.pop(next(iter(store)))
     store[key] = report
     return report
+
+
+def _audit_with_progress(exp: "Experiment", condition: str) -> "AuditReport":
+    """The audit in a worker thread while this script thread moves a progress bar: the audit reports
+    only its stage changes, so between them the bar advances with the elapsed time (towards, never
+    past, the next stage) and names the stage and the seconds so far."""
+    import threading
+    import time
+
+    bar = st.progress(0.0, text="RSG audit: loading the retriever index of the snapshot…")
+    last = {"frac": 0.0, "msg": "loading the retriever index of the snapshot", "at": time.perf_counter()}
+    out: dict[str, Any] = {}
+
+    def step(frac: float, msg: str) -> None:   # worker thread: no Streamlit calls here
+        last.update(frac=min(1.0, max(0.0, float(frac))), msg=msg, at=time.perf_counter())
+
+    def work() -> None:
+        try:
+            out["report"] = A.audit(exp, condition, step)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the script thread
+            out["error"] = e
+
+    t0 = time.perf_counter()
+    worker = threading.Thread(target=work, name="sieve-audit", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.5)
+            frac, since = last["frac"], time.perf_counter() - last["at"]
+            ceiling = 0.9 if frac < 0.9 else 1.0   # the next stage the audit reports
+            shown = frac + (ceiling - frac) * (1.0 - 0.5 ** (since / 20.0)) * 0.95
+            bar.progress(min(0.99, shown), text=f"RSG audit: {md_escape(last['msg'])} · "
+                                                f"{time.perf_counter() - t0:.0f} s so far")
+    finally:
+        bar.empty()
+    if "error" in out:
+        raise out["error"]
+    return out["report"]
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

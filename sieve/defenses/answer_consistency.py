@@ -34,10 +34,9 @@ class AnswerConsistency(Defense):
     passages at least this similar to a candidate do not count as independent), ``extractor``
     (``"lexical"``, the default; ``"lm"``; ``None`` = ``"lm"`` when a causal LM can be loaded, else
     ``"lexical"``; ``"lm"`` falls back to ``"lexical"`` with a warning when it cannot). Lexical is the
-    default because the LM-scored spans measured no better on the demo (AUROC 0.49 vs 0.51 on
-    single_fluent, lower on the five-poison families; docs/algorithms.md §14.1) at ~7 s per new query
-    on 2 cores against ~7 ms. Where several poisons agree they are the corroborated answer and the
-    true passages are removed instead (29–36 % of clean documents on five-poison demo rankings)."""
+    default because the LM-scored spans separated no better and cost three orders of magnitude more
+    time per query (docs/algorithms.md §14.1; numbers in docs/results/detection.md). Where several
+    poisons agree they are the corroborated answer, and the true passages are removed instead."""
 
     name = "answer_consistency"
     summary = ("Answer-level evidence against lone poisons: removes a top-k passage that answers the question "
@@ -46,6 +45,12 @@ class AnswerConsistency(Defense):
     needs = ()          # the default lexical extractor needs no model; "lm" loads the causal LM itself
     threshold_param = "threshold"
     corpus_time = True  # the corpus reference is fitted on the snapshot being defended
+
+    # parameters (set by __init__ through Params; declared for type checkers)
+    threshold: float | None
+    duplicate_jaccard: float
+    extractor: str | None
+    reference: str
 
     def __init__(self, threshold: float | None = None, duplicate_jaccard: float = 0.5,
                  extractor: str | None = "lexical", reference: str = CORPUS) -> None:
@@ -64,7 +69,7 @@ class AnswerConsistency(Defense):
             self.index_ = AnswerIndex.of_snapshot(snapshot)
         return self
 
-    def answers(self, query: str, texts: Sequence[str], resources: "Resources | None"
+    def extract_answers(self, query: str, texts: Sequence[str], resources: "Resources | None"
                 ) -> tuple[str, dict[int, Answer] | None, dict[int, list[tuple[str, float]]], str | None]:
         """(extractor that ran, the LM answers by index or None, scored spans by index, why the LM
         extractor did not run when it was wanted)."""
@@ -91,7 +96,7 @@ class AnswerConsistency(Defense):
         n = len(ranking.documents)
         k = n if k_ctx is None else min(int(k_ctx), n)
         texts = [d.text for d in ranking.documents]
-        ran, answers, spans, why = self.answers(ranking.query, texts[:k], resources)
+        ran, answers, spans, why = self.extract_answers(ranking.query, texts[:k], resources)
         index = getattr(self, "index_", None) if self.reference == CORPUS else None
         cor = answer_corroboration(ranking.query, texts, [d.id for d in ranking.documents], list(range(k)),
                                    list(range(k, n)), index, float(self.duplicate_jaccard), answers=answers,

@@ -38,7 +38,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from sieve.defenses.answer_evidence import (
-    Answer, Corroboration, _content_words, answer_sentence, content_words, corroboration, extract_answer, jaccard,
+    Answer,
+    Corroboration,
+    _content_words,
+    answer_sentence,
+    content_words,
+    corroboration,
+    extract_answer,
+    jaccard,
     states,
 )
 from sieve.defenses.memo import snapshot_digest

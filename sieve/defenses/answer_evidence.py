@@ -34,7 +34,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, AbstractSet, Mapping, Sequence
 
 import numpy as np
 
@@ -206,14 +206,14 @@ def span_scores(query: str, texts: Sequence[str], resources: "Resources") -> lis
     return resources.cache.get_or_compute(SPAN_KIND, resources.causal_lm_id(), keys, compute)
 
 
-def states(answer: Answer, words: set[str]) -> bool:
+def states(answer: Answer, words: AbstractSet[str]) -> bool:
     """True iff a passage with content words ``words`` states ``answer`` (≥ half its tokens)."""
     if not answer.tokens:
         return False
     return len(answer.tokens & words) * 2 >= len(answer.tokens)
 
 
-def jaccard(a: set[str], b: set[str]) -> float:
+def jaccard(a: AbstractSet[str], b: AbstractSet[str]) -> float:
     u = a | b
     return len(a & b) / len(u) if u else 0.0
 

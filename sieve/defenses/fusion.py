@@ -35,10 +35,17 @@ import numpy as np
 from sieve.constants import CLEAN_BUDGET, K_CTX
 from sieve.defenses.base import Defense
 from sieve.defenses.budget import budget_index, removal_threshold
-from sieve.defenses.pvalues import (COMBINE, cauchy_stat, combination_nulls, empirical_p, fisher_stat, minp_stat,
-                                    query_folds)
 from sieve.defenses.fusion_evidence import EVIDENCE as EVIDENCE_SOURCES
 from sieve.defenses.fusion_evidence import EvidenceSources
+from sieve.defenses.pvalues import (
+    COMBINE,
+    cauchy_stat,
+    combination_nulls,
+    empirical_p,
+    fisher_stat,
+    minp_stat,
+    query_folds,
+)
 from sieve.registry import DEFENSES
 from sieve.types import Decision, Ranking, Score, Scores
 
@@ -93,6 +100,17 @@ class Fusion(Defense):
     threshold_param = "threshold"
     requires_calibration = True
     adaptive = True
+
+    # parameters (set by __init__ through Params; declared for type checkers)
+    threshold: float | None
+    evidence: Sequence[str]
+    combine: str
+    calibration_folds: int
+    max_rounds: int
+    cohesion_scope: int
+    duplicate_jaccard: float
+    pairwise_scope: str
+    refill_factor: float
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,

@@ -1,4 +1,4 @@
-"""Exact fast kernels behind TrustRAG's ROUGE-L and the K-Means of TRIS L1 / TrustRAG (issue 15).
+"""Exact fast kernels behind TrustRAG's ROUGE-L and the K-Means of TRIS L1 / TrustRAG (docs/architecture.md).
 
 Both give the same numbers as the plain implementations they replace, not approximations:
 

@@ -233,18 +233,17 @@ class PromptedVerifier:
 
 
 class LikelihoodVerifier:
-    """Likelihood consistency check for a local LLM (docs/design.md; docs/models.md role 4, measured 5/5).
+    """Likelihood consistency check for a local LLM (docs/design.md; docs/models.md role 4).
 
     1. y_int = the model's closed-book short answer (``SHORT_ANSWER_SYSTEM``). Abstain if it is empty or
        an abstention marker, or if its closed-book NLL, ``nll(y_int | "Question: q\\nAnswer:")``, is
-       above ``confidence_threshold`` nats/token (default 4.0; measured with the packaged Qwen on
-       correct closed-book answers: "Paris" 0.05, "William Shakespeare" 0.97, "Au" 2.99).
+       above ``confidence_threshold`` nats/token (default 4.0: above the NLL of correct closed-book
+       answers of the packaged Qwen, docs/models.md role 4).
        The answer is scored with a leading space (" y_int"), as it would follow "Answer:" in text.
     2. Per document: delta = nll(y_int | "Context: {passage}\\nQuestion: q\\nAnswer:") − closed-book NLL.
-       CONTRADICTORY (removed) iff delta ≥ ``delta_threshold`` (default 1.0 nat/token: docs/models.md
-       measures consistent passages at 0.0–0.43 and contradicting ones at 1.72–7.28 for Qwen; Sieve's
-       own probe gave consistent/unrelated −2.72…0.47 and contradicting 2.73…4.85; 1.0 sits between). Otherwise COMPATIBLE. The threshold should be calibrated on clean data
-       (deltas of clean top-k passages) for a new model or corpus.
+       CONTRADICTORY (removed) iff delta ≥ ``delta_threshold`` (default 1.0 nat/token, between the
+       deltas of consistent and contradicting passages, docs/models.md role 4). Otherwise COMPATIBLE.
+       The threshold is calibrated on clean data (TRIS: docs/algorithms.md §14.3) for a new model or corpus.
     """
 
     backend = "likelihood"

@@ -21,6 +21,9 @@ class NoDefense(Defense):
     paper = "PoisonedRAG vanilla RAG baseline (docs/algorithms.md §8.1)"
     needs = ()
 
+    # parameters (set by __init__ through Params; declared for type checkers)
+
+
     def __init__(self) -> None:
         super().__init__()
 

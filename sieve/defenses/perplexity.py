@@ -41,6 +41,10 @@ class Perplexity(Defense):
     threshold_param = "threshold"
     requires_calibration = True
 
+    # parameters (set by __init__ through Params; declared for type checkers)
+    threshold: float | None
+    max_tokens: int
+
     def __init__(self, threshold: float | None = None, max_tokens: int = LM_TRACE_TOKENS) -> None:
         super().__init__(threshold=threshold, max_tokens=max_tokens)
 
@@ -78,7 +82,8 @@ class Perplexity(Defense):
         """Learn ``threshold`` on clean corpus passages (same budget rule as :meth:`calibrate`)."""
         ranking = Ranking("", [RankedDocument(d.id, d.text, i + 1, 0.0, d.poison) for i, d in enumerate(documents)],
                           condition=CLEAN)
-        return self.calibrate([ranking], resources, budget)
+        self.calibrate([ranking], resources, budget)
+        return self
 
 
 __all__ = ["NotCalibratedError", "Perplexity"]

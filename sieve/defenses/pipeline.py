@@ -116,6 +116,8 @@ class Serial(Defense):
     #: Registry flag: nested names (``stage__param``) are parameters too (Registry.create).
     nested_params: ClassVar[bool] = True
 
+    stages: tuple[str, ...]
+
     def __init__(self, stages: Sequence[str | Defense] = ("rsg", "rsq")) -> None:
         built = [DEFENSES.create(s) if isinstance(s, str) else s for s in stages]
         if not built:
@@ -129,14 +131,14 @@ class Serial(Defense):
             self.registry_name = "+".join(labels)
             self.summary = " → ".join(labels)  # type: ignore[misc]
             self.paper = " → ".join(s.paper or s.label for s in built)  # type: ignore[misc]
-        self.needs = tuple(dict.fromkeys(n for s in built for n in s.needs))  # type: ignore[misc]
+        self.needs = tuple(dict.fromkeys(str(n) for s in built for n in s.needs))  # type: ignore[misc,assignment]
         self.corpus_time = any(s.corpus_time for s in built)  # type: ignore[misc]
         self.answers = built[-1].answers  # type: ignore[misc]
         self.min_documents = max((s.min_documents or 0 for s in built), default=0) or None  # type: ignore[misc]
 
     # -- parameters ------------------------------------------------------------------------------
-    @property  # type: ignore[override]
-    def threshold_param(self) -> str | None:
+    @property
+    def threshold_param(self) -> str | None:  # type: ignore[override]
         """The nested name of the first stage threshold still to learn (else of the first stage with one)."""
         pending = [s for s in self.stages_ if s.threshold_param and not s.is_calibrated()]
         with_thr = pending or [s for s in self.stages_ if s.threshold_param]
@@ -184,8 +186,8 @@ class Serial(Defense):
     def is_calibrated(self) -> bool:
         return all(s.is_calibrated() for s in self.stages_)
 
-    @property  # type: ignore[override]
-    def requires_calibration(self) -> bool:
+    @property
+    def requires_calibration(self) -> bool:  # type: ignore[override]
         """True while a stage that cannot run uncalibrated is not calibrated."""
         return any(s.requires_calibration and not s.is_calibrated() for s in self.stages_)
 
@@ -277,7 +279,9 @@ class Serial(Defense):
         return out
 
     def decide(self, scores: Scores, thresholds: Mapping[str, float | None]) -> list[Decision]:
-        assert isinstance(scores, SerialScores)
+        if not isinstance(scores, SerialScores):   # stored decisions without stage evidence: kept as they are
+            return [Decision(x.doc_id, bool(x.flag), x.status, x.value, x.threshold, x.evidence, x.note, x.layer)
+                    for x in scores.items]
         per_stage = [(st, self.stage(st.label).decide(st.scores, self._thresholds_of(self.stage(st.label), thresholds)))
                      for st in scores.stages]
         order = [s.doc_id for s in scores.stages[0].scores.items]
@@ -318,10 +322,14 @@ class Serial(Defense):
                         evidence, reason, chosen.layer)
 
     def scores_from(self, decisions: Sequence[Decision]) -> Scores:
-        """Each stage's scores rebuilt from ``evidence[<stage>]`` of the stored decisions."""
-        stages = []
+        """Each stage's scores rebuilt from ``evidence[<stage>]`` of the stored decisions (decisions
+        stored without it — a compacted run — are re-decided as they were)."""
+        if not any(isinstance(d.evidence.get(self.stages_[0].label), Mapping) for d in decisions):
+            return super().scores_from(decisions)
+        stages: list[StageScores] = []
         for s in self.stages_:
-            items, ranks = [], {}
+            items: list[Score] = []
+            ranks: dict[str, int] = {}
             for d in decisions:
                 ev = d.evidence.get(s.label)
                 if not isinstance(ev, Mapping) or ev.get("seen") is False:

@@ -92,6 +92,12 @@ class RAGDefender(Defense):
     paper = "RAGDefender (Kim, Lee, Koo, ACSAC 2025), package ragdefender==0.2.0; docs/algorithms.md §8.5"
     needs = ("judge",)
 
+    # parameters (set by __init__ through Params; declared for type checkers)
+    task_type: str
+    max_docs: int | None
+    p: int
+    m: int
+
     def __init__(self, task_type: str = "single_hop", max_docs: int | None = None, p: int = 2, m: int = 5) -> None:
         if task_type not in TASK_TYPES:
             raise ValueError(f"task_type must be one of {', '.join(TASK_TYPES)}, got {task_type!r}")

@@ -62,6 +62,12 @@ class RobustRAG(Defense):
     needs = ("llm",)
     answers: ClassVar[bool] = True
 
+    # parameters (set by __init__ through Params; declared for type checkers)
+    alpha: float
+    beta: float
+    max_docs: int
+    final_answer: bool
+
     def __init__(self, alpha: float = 0.3, beta: float = 3, max_docs: int = 10, final_answer: bool = True) -> None:
         super().__init__(alpha=alpha, beta=beta, max_docs=max_docs, final_answer=final_answer)
 

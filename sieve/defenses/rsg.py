@@ -159,7 +159,8 @@ class RSGAudit:
     def row(self, i: int | str) -> RSGRow:
         if isinstance(i, str):
             i = self._pos[i]
-        kept, dropped = [], []
+        kept: list[dict[str, Any]] = []
+        dropped: list[dict[str, Any]] = []
         for j in range(self.neighbour_ids.shape[1]):
             if not self.eligible[i, j]:
                 continue
@@ -384,7 +385,6 @@ def audit_corpus(ids: Sequence[str], texts: Sequence[str], vectors: Any,
     ids = [str(i) for i in ids]
     texts = list(texts)
     x = _validate(ids, texts, vectors)
-    n = x.shape[0]
     knn = knn_graph(None, p.neighbor_count, p.mode, x=x, progress=p.progress, block=p.block_size,
                     **_plan_args(p))
     recall = _recall(x, knn.ids, knn.plan.mode, recall_sample)
@@ -488,6 +488,22 @@ class RSG(Defense):
     paper = "RAGSieve RSG (docs/algorithms.md §4)"
     needs = ("retriever",)
     corpus_time = True
+
+    # parameters (set by __init__ through Params; declared for type checkers)
+    neighbor_count: int
+    dense_core_count: int
+    support_scale: float
+    semantic_threshold: float
+    lexical_ceiling: float
+    multiscript_gate: int
+    target_alert_fraction: float
+    decision_threshold: float
+    mode: str
+    hnsw_m: int
+    hnsw_ef_search: int
+    ivf_nprobe: int
+    block_size: int
+    progress: bool
 
     def __init__(self, neighbor_count: int = RSG_DEFAULTS.neighbor_count,
                  dense_core_count: int = RSG_DEFAULTS.dense_core_count,

@@ -25,10 +25,9 @@ Model substitutions (docs/models.md: only packaged weights, no hub access):
 * ``bert-base-uncased`` hidden layer 9 → packaged all-MiniLM-L6-v2 hidden layer 4 of 6 by default
   (``config.models.token_encoder`` / ``token_encoder_layer``; all-mpnet-base-v2 layer 9 of 12 is the
   configurable alternative). No BERT is packaged; both keep roughly the paper's relative depth and
-  give the same BERTScore behaviour (docs/models.md: paraphrase/wrong-city/unrelated F1 0.938/0.930/0.387
-  for MiniLM L4 vs 0.924/0.920/0.347 for mpnet L9). MiniLM is the default because the query's token
-  states are the one model call left at query time: ~13 ms CPU for MiniLM vs ~85 ms for mpnet on
-  2 cores, which decides the ≤ 30 ms RSQ budget. E_s only uses ranks of jumps against the tail, so
+  give the same BERTScore behaviour (docs/models.md). MiniLM is the default because the query's token
+  states are the one model call left at query time, and MiniLM's cost fits RSQ's latency budget where
+  mpnet's does not (docs/algorithms.md §3.5). E_s only uses ranks of jumps against the tail, so
   it is insensitive to the encoder's similarity scale.
 
 Per-document work (NLL traces, token states) goes through the :class:`~sieve.resources.Resources`
@@ -417,7 +416,7 @@ def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float,
     states = [np.asarray(x, np.float32) for x in resources.token_states_many(texts, DOC_MAX_TOKENS)]
     doc_lengths = [int(x.shape[0]) for x in states]
     # one matrix product for all 20 documents, on one BLAS thread: a product this small is
-    # dominated by thread hand-off (measured 32 ms with 2 busy threads vs 4 ms single-threaded)
+    # dominated by thread hand-off (docs/results/speed.md §3)
     if qstates.shape[0] and sum(doc_lengths):
         with _single_thread_blas():
             sim_all = qstates @ np.concatenate([x for x in states if x.shape[0]], axis=0).T
@@ -487,6 +486,13 @@ class RSQ(Defense):
         },
     }
     threshold_param = "eta_q"
+
+    # parameters (set by __init__ through Params; declared for type checkers)
+    eta_q: float
+    refill: str
+    max_rounds: int
+    trace_tokens: bool
+    inline_traces: bool
 
     def __init__(self, eta_q: float = DECISION_THRESHOLD, refill: str = "paper", max_rounds: int = 3,
                  trace_tokens: bool = True, inline_traces: bool = False) -> None:

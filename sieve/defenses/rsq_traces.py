@@ -1,4 +1,4 @@
-"""RSQ evidence by reference (docs/algorithms.md §3.4; issue 15): a candidate's per-token NLL trace
+"""RSQ evidence by reference (docs/algorithms.md §3.4): a candidate's per-token NLL trace
 stays in the artifact cache and the evidence keeps where it lives (:func:`trace_ref`);
 :func:`expand_evidence` reads it back, with the token strings, for display (the Query explorer).
 """
@@ -36,7 +36,7 @@ def token_strings(resources: "Resources", text: str, max_tokens: int) -> list[st
 
 def trace_ref(resources: "Resources", text: str) -> dict[str, str]:
     """Where a candidate's NLL trace lives in the artifact cache (docs/design.md): RSQ evidence
-    keeps this reference instead of the trace, so run records stay small (issue 15)."""
+    keeps this reference instead of the trace, so run records stay small."""
     return {"kind": f"nll@{LM_TRACE_TOKENS}", "model_id": resources.causal_lm_id(), "key": content_hash(text)}
 
 

@@ -19,9 +19,20 @@ from sieve.constants import CLEAN_BUDGET, K_CTX
 from sieve.defenses.base import Defense
 from sieve.defenses.budget import removal_threshold
 from sieve.defenses.l3 import L3_VARIANTS, DocVerdict, L3Outcome, make_verifier, skipped_outcome
-from sieve.defenses.tris_layers import (L2_REPEAT_SCORE, QUERY_PREFIX_TOKENS, L1Result, L2Features, QueryGrams,
-                                       fit_kmeans, l2_evidence_features, l2_evidence_score, l2_features, l2_removes,
-                                       l2_score, layer1)
+from sieve.defenses.tris_layers import (
+    L2_REPEAT_SCORE,
+    QUERY_PREFIX_TOKENS,
+    L1Result,
+    L2Features,
+    QueryGrams,
+    fit_kmeans,
+    l2_evidence_features,
+    l2_evidence_score,
+    l2_features,
+    l2_removes,
+    l2_score,
+    layer1,
+)
 from sieve.registry import DEFENSES
 from sieve.types import Decision, RankedDocument, Ranking, Score, Scores
 
@@ -51,7 +62,8 @@ class TRIS(Defense):
       the continuous ``distance_to_largest_centroid`` is in the evidence.
     * ``use_l2`` (True), ``prefix_token_count`` T = 20 (clamped ≥ 5), ``jaccard_threshold`` = 0.8,
       ``ngram_threshold`` = 0.8, both inclusive (§2.3). L2 score = max(jaccard, bigram, trigram
-      recall), raised to max(score, 1.0, threshold) when repeat_trigger fires; the reported threshold
+      recall) — :func:`~sieve.defenses.tris_layers.l2_score`, the one definition fusion reads too —
+      and ``L2_REPEAT_SCORE`` (2.0) when repeat_trigger fires; the reported threshold
       is min(jaccard_threshold, ngram_threshold) (exact when they are equal, as by default). Setting
       the thresholds to 10 (TRIS "L2 off" ablation) leaves repeat_trigger active, as in the source.
     * ``l3_mode``: ``off``; ``always`` (run on L2's survivors whenever non-empty); ``selective``
@@ -111,6 +123,21 @@ class TRIS(Defense):
                       "summary": "TRIS L1+L2+L3 with L3 always on."},
     }
 
+    # parameters (set by __init__ through Params; declared for type checkers)
+    use_l1: bool
+    use_l2: bool
+    cluster_count: int
+    prefix_token_count: int
+    jaccard_threshold: float
+    ngram_threshold: float
+    l3_mode: str
+    l3_variant: str
+    l3_confidence_threshold: float
+    l3_delta_threshold: float | None
+    context_mode: str
+    l3_scope: str
+    l3_calibration_queries: int
+
     def __init__(self, use_l1: bool = True, use_l2: bool = True, cluster_count: int = 2,
                  prefix_token_count: int = 20, jaccard_threshold: float = 0.8, ngram_threshold: float = 0.8,
                  l3_mode: str = "adaptive", l3_variant: str = "auto", l3_confidence_threshold: float = 4.0,
@@ -132,8 +159,8 @@ class TRIS(Defense):
                          l3_confidence_threshold=l3_confidence_threshold, l3_delta_threshold=l3_delta_threshold,
                          context_mode=context_mode, l3_scope=l3_scope, l3_calibration_queries=l3_calibration_queries)
 
-    @property  # type: ignore[override]
-    def threshold_param(self) -> str | None:  # noqa: D401
+    @property
+    def threshold_param(self) -> str | None:  # type: ignore[override]
         """``l3_delta_threshold`` when L3 can run (``l3_mode`` not ``off``); ``None`` for tris_l1/tris_l2."""
         return None if self.l3_mode == "off" else "l3_delta_threshold"
 
@@ -271,6 +298,7 @@ class TRIS(Defense):
         batch = work_docs if whole else work_docs[pos:pos + (int(k_ctx or 0) - kept)]
         t = time.perf_counter()
         delta = thresholds.get("L3")
+        assert resources.llm is not None   # gated above: L3 runs only with an LLM
         verifier = make_verifier(resources.llm, self.l3_variant, confidence_threshold=self.l3_confidence_threshold,
                                  delta_threshold=self.l3_delta() if delta is None else float(delta))
         outcome = verifier.verify(ranking.query, batch)

@@ -137,7 +137,8 @@ def trustrag_filter(emb: np.ndarray, rouge: np.ndarray, rouge_threshold: float =
     out = lambda kept, why: ClusterOutcome(sorted(kept), why, labels.tolist(), coh, gate)  # noqa: E731
     for single, other in ((1, 0), (0, 1)):
         if len(members[single]) == 1 and len(members[other]) >= 2:
-            if coh[other] is not None and coh[other] > th:
+            c_other = coh[other]
+            if c_other is not None and c_other > th:
                 first_sim = float(sims[members[other][0], members[single][0]])
                 if first_sim > th:
                     return out([], f"cluster {other} is cohesive ({coh[other]:.3f} > {th:g}) and so similar to the "
@@ -145,10 +146,13 @@ def trustrag_filter(emb: np.ndarray, rouge: np.ndarray, rouge_threshold: float =
                 return out(members[single], f"cluster {other} is cohesive ({coh[other]:.3f} > {th:g}); "
                                             "only the singleton is kept")
             return out(members[other], f"singleton cluster {single} removed; larger cluster kept")
-    hi, lo = (0, 1) if coh[0] >= coh[1] else (1, 0)
-    if coh[lo] > th:
-        return out([], f"both clusters are cohesive ({coh[hi]:.3f}, {coh[lo]:.3f} > {th:g}); everything removed")
-    if coh[hi] < th:
+    # here both clusters have ≥ 2 members (a singleton returned above), so both cohesions are numbers
+    c0, c1 = float(coh[0] or 0.0), float(coh[1] or 0.0)
+    hi, lo = (0, 1) if c0 >= c1 else (1, 0)
+    c_hi, c_lo = (c0, c1) if hi == 0 else (c1, c0)
+    if c_lo > th:
+        return out([], f"both clusters are cohesive ({c_hi:.3f}, {c_lo:.3f} > {th:g}); everything removed")
+    if c_hi < th:
         kept = group_ngram_filter(members[0], rouge, rouge_threshold) + group_ngram_filter(members[1], rouge,
                                                                                           rouge_threshold)
         return out(kept, f"no cohesive cluster (max {coh[hi]:.3f} < {th:g}); both kept after group n-gram filtering")
@@ -188,6 +192,13 @@ class TrustRAG(Defense):
     paper = "TrustRAG, original design (docs/algorithms.md §8.2)"
     needs = ("judge", "llm")
     answers: ClassVar[bool] = True
+
+    # parameters (set by __init__ through Params; declared for type checkers)
+    rouge_threshold: float
+    cohesion_threshold: float
+    random_state: int
+    consolidate: bool
+    max_docs: int | None
 
     def __init__(self, rouge_threshold: float = 0.25, cohesion_threshold: float = 0.88, random_state: int = 0,
                  consolidate: bool = True, max_docs: int | None = None) -> None:

@@ -15,7 +15,7 @@ import math
 import re
 import string
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import numpy as np
 
@@ -52,7 +52,7 @@ def detect_at_clean_budget(pos: Sequence[float], neg: Sequence[float], budget: f
     p, n = _floats(pos), _floats(neg)
     if len(p) == 0 or len(n) == 0:
         return None
-    t = threshold_at_clean_budget(n, budget)
+    t = threshold_at_clean_budget(cast("Sequence[float]", n), budget)   # an array works as the sequence
     return float(np.mean(p > t))
 
 

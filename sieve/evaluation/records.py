@@ -86,6 +86,7 @@ def dumps(obj: Any, compact: bool = False) -> str:
         return json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False, separators=seps)
 
 
+_orjson: Any
 try:   # a C encoder ~5x faster than json's on the decision columns (most of a run's bytes)
     import orjson as _orjson
 except ImportError:   # pragma: no cover - orjson is a core dependency
@@ -475,14 +476,24 @@ class RecordWriter:
                     for chunk in iter(lambda: fh.read(1 << 20), b""):
                         self._sha[name].update(chunk)
                         self._bytes[name] += len(chunk)
-        self.records = open(self.dir / RECORDS, "a", encoding="utf-8")
-        self.rankings = open(rk, "ab")
-        self.details = open(self.dir / DETAILS, "ab")
+        try:
+            self.records = open(self.dir / RECORDS, "a", encoding="utf-8")
+            self.rankings = open(rk, "ab")
+            self.details = open(self.dir / DETAILS, "ab")
+        except OSError as e:
+            from sieve.safe_io import write_failed
+
+            raise write_failed(e.filename or self.dir, e, "run file") from None
         self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
 
     def _put(self, name: str, fh: Any, data: bytes) -> None:
-        fh.write(data)
-        fh.flush()
+        try:
+            fh.write(data)
+            fh.flush()
+        except OSError as e:   # full disk: one line naming the file; the resume drops the torn line
+            from sieve.safe_io import write_failed
+
+            raise write_failed(self.dir / name, e, "run file") from None
         self._sha[name].update(data)
         self._bytes[name] += len(data)
 
@@ -512,8 +523,13 @@ class RecordWriter:
         data = self._z.compress(_ref_line_bytes(dref, dbody)) + self._z.flush(zlib.Z_SYNC_FLUSH)
         self._put(DETAILS, self.details, data)
         head["ranking_ref"], head["detail_ref"] = rref, dref
-        self.records.write(dumps(head) + "\n")
-        self.records.flush()
+        try:
+            self.records.write(dumps(head) + "\n")
+            self.records.flush()
+        except OSError as e:
+            from sieve.safe_io import write_failed
+
+            raise write_failed(self.dir / RECORDS, e, "run file") from None
 
     def checkpoint(self) -> dict[str, dict[str, Any]]:
         """The side files' size and sha256 so far (for the run config; see :func:`verify_side_files`)."""

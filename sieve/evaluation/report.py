@@ -8,14 +8,14 @@ A "What these numbers do not show" section states sample sizes and 95 % Wilson i
 """
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
-from sieve.evaluation import metrics as M
 from sieve.constants import CLEAN
+from sieve.evaluation import metrics as M
 from sieve.evaluation.records import latest_records, read_records
 from sieve.evaluation.summary import roc_inputs
+from sieve.escape import html_text, plotly_label, plotly_labels, terminal_text
 
 PLOT_IDS = ("asr-utility-plane", "roc-curves", "per-attack-bars")
 
@@ -69,17 +69,18 @@ def _fmt(v: Any, key: str) -> str:
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """Plain-text table, one line per defense × attack (— = not produced / not applicable)."""
-    rows = [[_fmt(r.get(k), k) for k, _ in TABLE_COLUMNS] for r in summary.get("results", [])]
+    """Plain-text table, one line per defense × attack (— = not produced / not applicable). Names
+    from the run (defenses, attack families, dataset) are terminal-escaped (:mod:`sieve.escape`)."""
+    rows = [[terminal_text(_fmt(r.get(k), k)) for k, _ in TABLE_COLUMNS] for r in summary.get("results", [])]
     heads = [h for _, h in TABLE_COLUMNS]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     line = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    out = [f"dataset: {summary.get('dataset', '')}   retriever: {summary.get('retriever', '')}",
+    out = [f"dataset: {terminal_text(summary.get('dataset', ''))}   retriever: {terminal_text(summary.get('retriever', ''))}",
            line(heads), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     notes = degradation_notes(summary)
     if notes:
-        out += ["", "DEGRADED — these rows are not normal results:"] + [f"  {n}" for n in notes]
+        out += ["", "DEGRADED — these rows are not normal results:"] + [f"  {terminal_text(n)}" for n in notes]
     return "\n".join(out)
 
 
@@ -126,10 +127,11 @@ def _plane_figure(results: list[dict[str, Any]]) -> Any:
         pts = [(a, y) for a, y in pts if y is not None and x is not None]
         if not pts:
             continue
-        fig.add_trace(go.Scatter(x=[x] * len(pts), y=[y for _, y in pts], mode="markers+text", name=dname,
+        label = plotly_label(dname)   # names come from the run / attacks.jsonl: never markup
+        fig.add_trace(go.Scatter(x=[x] * len(pts), y=[y for _, y in pts], mode="markers+text", name=label,
                                  marker={"color": _color(order.index(dname)), "size": 10},
-                                 text=[a for a, _ in pts], textposition="top center",
-                                 hovertemplate=f"{dname}<br>%{{text}}<br>x=%{{x:.3f}} y=%{{y:.3f}}<extra></extra>"))
+                                 text=plotly_labels(a for a, _ in pts), textposition="top center",
+                                 hovertemplate=f"{label}<br>%{{text}}<br>x=%{{x:.3f}} y=%{{y:.3f}}<extra></extra>"))
     fig.update_layout(title="ASR–utility plane (better: right and low)",
                       xaxis_title="clean accuracy" if use_acc else "1 − clean removal rate",
                       yaxis_title="ASR (string match)" if use_asr else "poison-in-context rate",
@@ -142,7 +144,7 @@ def _roc_figure(results: list[dict[str, Any]], records: list[dict[str, Any]]) ->
     from plotly.subplots import make_subplots
 
     attacks = list(dict.fromkeys(r["attack"] for r in results if r["attack"] != CLEAN)) or ["(no attack)"]
-    fig = make_subplots(rows=1, cols=len(attacks), subplot_titles=attacks, shared_yaxes=True)
+    fig = make_subplots(rows=1, cols=len(attacks), subplot_titles=plotly_labels(attacks), shared_yaxes=True)
     defenses = list(dict.fromkeys(r["defense"] for r in results))
     for j, att in enumerate(attacks, 1):
         fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line={"dash": "dot", "color": "#bbb"},
@@ -153,9 +155,10 @@ def _roc_figure(results: list[dict[str, Any]], records: list[dict[str, Any]]) ->
             if not fpr:
                 continue
             au = M.auroc(pos, neg)
-            fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", name=dname, legendgroup=dname,
+            label = plotly_label(dname)
+            fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", name=label, legendgroup=label,
                                      showlegend=(j == 1), line={"color": _color(i)},
-                                     hovertemplate=f"{dname} (AUROC {au:.3f})<br>FPR %{{x:.3f}} TPR %{{y:.3f}}<extra></extra>"),
+                                     hovertemplate=f"{label} (AUROC {au:.3f})<br>FPR %{{x:.3f}} TPR %{{y:.3f}}<extra></extra>"),
                           row=1, col=j)
         fig.update_xaxes(title_text="clean removal (FPR)", range=[0, 1], row=1, col=j)
     fig.update_yaxes(title_text="poison detection (TPR)", range=[0, 1.02], row=1, col=1)
@@ -173,7 +176,7 @@ def _bars_figure(results: list[dict[str, Any]]) -> Any:
     order = list(dict.fromkeys(r["defense"] for r in results))
     for dname in dict.fromkeys(r["defense"] for r in attacked):
         rows = [r for r in attacked if r["defense"] == dname]
-        fig.add_trace(go.Bar(name=dname, x=[r["attack"] for r in rows], y=[r.get(key) for r in rows],
+        fig.add_trace(go.Bar(name=plotly_label(dname), x=plotly_labels(r["attack"] for r in rows), y=[r.get(key) for r in rows],
                              marker_color=_color(order.index(dname))))
     fig.update_layout(barmode="group", title=f"{'ASR' if use_asr else 'Poison-in-context rate'} per attack (lower is better)",
                       yaxis_title=key, yaxis_range=[0, 1.02], height=420)
@@ -190,7 +193,7 @@ def _caveats(results: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
         if pic is not None:
             ok = n - (r.get("n_errors") or 0)
             lo, hi = r.get("poison_in_context_ci95") or M.wilson_interval(round(pic * ok), ok)
-            items.append(f"<li><b>{html.escape(r['defense'])}</b> on <b>{html.escape(r['attack'])}</b>: "
+            items.append(f"<li><b>{html_text(r['defense'])}</b> on <b>{html_text(r['attack'])}</b>: "
                          f"poison-in-context {pic:.3f} over {n} target queries, 95% Wilson interval "
                          f"[{lo:.3f}, {hi:.3f}].</li>")
     n_err = sum(r.get("n_errors") or 0 for r in results)
@@ -203,7 +206,7 @@ def _caveats(results: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
         "that only examines some documents (e.g. RSQ: the top 5) is measured only there. — means the "
         "defense produces no scores (or the metric does not apply), not zero.",
         "Removal rates count only the documents a defense examined; poison-in-context and MRR are "
-        "measured on the final refilled context (k_ctx = %s)." % html.escape(str(cfg.get("k_ctx", "?"))),
+        "measured on the final refilled context (k_ctx = %s)." % html_text(str(cfg.get("k_ctx", "?"))),
         ("ASR and CleanAcc are normalised substring matches (§9.1): an answer that mentions the target while "
          "denying it counts as a success; the LLM-judge ASR (when an endpoint was configured) does not."
          if gen else "No answers were generated (run with --generate): ASR, CleanAcc, F1 and EM are not measured; "
@@ -213,15 +216,15 @@ def _caveats(results: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
         f"{n_err} work item(s) failed and are excluded from the rates (see records.jsonl 'error').",
     ]
     degraded = degradation_notes({"results": results, "warnings": cfg.get("warnings", [])})
-    return (("<h2>Degraded run</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in degraded) + "</ul>"
+    return (("<h2>Degraded run</h2><ul>" + "".join(f"<li>{html_text(x)}</li>" for x in degraded) + "</ul>"
              if degraded else "")
             + "<h2>What these numbers do not show</h2><ul>" + "".join(f"<li>{x}</li>" for x in notes) + "</ul>"
             + ("<h3>Poison-in-context, 95% intervals</h3><ul>" + "".join(items) + "</ul>" if items else ""))
 
 
 def _html_table(results: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h in TABLE_COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(k), k))}</td>" for k, _ in TABLE_COLUMNS) + "</tr>"
+    head = "".join(f"<th>{html_text(h)}</th>" for _, h in TABLE_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html_text(_fmt(r.get(k), k))}</td>" for k, _ in TABLE_COLUMNS) + "</tr>"
                    for r in results)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -235,13 +238,13 @@ def build_report_html(cfg: dict[str, Any], summary: dict[str, Any], records: lis
             (PLOT_IDS[2], _bars_figure(results))]
     divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False, div_id=i) for i, f in figs)
     ds = cfg.get("dataset", {})
-    meta = (f"dataset <b>{html.escape(str(summary.get('dataset', '')))}</b> "
-            f"({html.escape(str(ds.get('documents', '?')))} documents, files sha256 "
-            f"{html.escape(str(ds.get('files_sha256', ''))[:12])}) · retriever <b>{html.escape(str(summary.get('retriever', '')))}</b>"
-            f" · k_ctx {html.escape(str(cfg.get('k_ctx', '?')))} · depth {html.escape(str(cfg.get('depth', '?')))}"
-            f" · seed {html.escape(str(cfg.get('seed', '?')))} · sieve {html.escape(str(cfg.get('sieve_version', '?')))}")
+    meta = (f"dataset <b>{html_text(str(summary.get('dataset', '')))}</b> "
+            f"({html_text(str(ds.get('documents', '?')))} documents, files sha256 "
+            f"{html_text(str(ds.get('files_sha256', ''))[:12])}) · retriever <b>{html_text(str(summary.get('retriever', '')))}</b>"
+            f" · k_ctx {html_text(str(cfg.get('k_ctx', '?')))} · depth {html_text(str(cfg.get('depth', '?')))}"
+            f" · seed {html_text(str(cfg.get('seed', '?')))} · sieve {html_text(str(cfg.get('sieve_version', '?')))}")
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Sieve run report — {html.escape(str(summary.get('dataset', '')))}</title>
+<html lang="en"><head><meta charset="utf-8"><title>Sieve run report — {html_text(str(summary.get('dataset', '')))}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; font-size: 0.9em; }}

@@ -45,12 +45,19 @@ from sieve.evaluation.records import (
     jsonable,
     latest_records,
     read_records,
-    record_key,
     read_run_config,
+    record_key,
     write_run_config,
 )
-from sieve.evaluation.summary import (SCORED_STATUSES, SUMMARY_KEYS, roc_inputs, summarize_records, summary_record,
-                                      write_summary)
+from sieve.evaluation.summary import (
+    SCORED_STATUSES,
+    SUMMARY_KEYS,
+    roc_inputs,
+    summarize_records,
+    summary_record,
+    write_summary,
+)
+from sieve.evaluation.truth import relevant_ids
 from sieve.types import Document, Ranking
 
 if TYPE_CHECKING:
@@ -61,7 +68,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sieve.evaluation")
 
-RUN_FORMAT = RECORDS_FORMAT   # 2: records with side files (issue 15)
+RUN_FORMAT = RECORDS_FORMAT   # 2: records with side files (docs/architecture.md)
 
 # Names other modules and users import from here (kept: `sieve.evaluation.runner` is public).
 __all__ = ["run_eval", "RunError", "RUN_FORMAT", "CLEAN", "SUMMARY_KEYS", "SCORED_STATUSES", "read_records",
@@ -92,6 +99,32 @@ def _with_learned(calib: dict[str, dict[str, Any]], learned: dict[str, dict[str,
     for s, p in learned.items():
         out[s] = {**out.get(s, {}), **dict(p or {})}
     return out
+
+
+#: Record errors that are not the item's own (the item is redone when the run is resumed): a
+#: condition that could not be built or fitted, a failed retrieval or generation, a defense left
+#: uncalibrated by an interrupted or failed calibration, and resource faults (disk, memory, network).
+_NOT_THE_ITEMS_OWN = ("snapshot:", "fit:", "retrieval:", "generate:")
+_RESOURCE_FAULTS = ("OSError", "IOError", "MemoryError", "TimeoutError", "ConnectionError", "ConnectionResetError",
+                    "BrokenPipeError", "WriteFailedError", "OperationalError", "APIConnectionError", "APITimeoutError",
+                    "LLMError", "DefensePreparationError", "KeyboardInterrupt")
+
+
+def retry_reason(error: str | None) -> str | None:
+    """Why an item that failed with ``error`` is retried on resume (``None``: the failure is the
+    item's own — a defense that cannot handle this ranking — and is kept)."""
+    if not error:
+        return None
+    e = str(error)
+    for prefix in _NOT_THE_ITEMS_OWN:
+        if e.startswith(prefix):
+            return prefix.rstrip(":")
+    if "not calibrated" in e:
+        return "not calibrated"
+    head = e.split(":", 1)[0].strip()
+    if head in _RESOURCE_FAULTS:
+        return head
+    return None
 
 
 def run_eval(
@@ -158,7 +191,7 @@ def run_eval(
     if plan.mode == "retrieval":
         from sieve.experiment.defenses import DefenseSpecError, check_depth
 
-        for s, d in defs.items():
+        for d in defs.values():
             try:
                 check_depth(d, depth)
             except DefenseSpecError as e:
@@ -208,7 +241,16 @@ def run_eval(
         defs = _build_defenses(specs, _with_learned(calib, learned))
 
     seed_everything(seed)
-    done = {record_key(r) for r in existing}
+    # items that failed for a reason not their own (an interrupted calibration, a full disk, a dead
+    # endpoint) are redone; a later record of the same key replaces the failed one (latest_records)
+    retried: dict[str, int] = {}
+    retry: set[tuple[str, str, str]] = set()
+    for r in latest_records(existing):
+        why = retry_reason(r.get("error"))
+        if why is not None:
+            retry.add(record_key(r))
+            retried[why] = retried.get(why, 0) + 1
+    done = {record_key(r) for r in existing} - retry
     kept = [summary_record(r) for r in existing]   # what the summary reads of them (small)
     del existing
     cfg: dict[str, Any] = {
@@ -235,6 +277,7 @@ def run_eval(
                          "corpus_time": defs[s].corpus_time, "threshold_param": defs[s].threshold_param}
                      for s in specs},
         "calibrated": learned,
+        "retried": {"items": len(retry), "reasons": retried},
         "fingerprint": fingerprint,
         "warnings": warnings,
         # deterministic work is memoised across defenses in one process (K-Means fits, RSG audits,
@@ -273,7 +316,21 @@ def run_eval(
         summary = write_summary(run_dir, ds.name, cfg["models"].get("retriever", resources.config.models.retriever),
                                 defense_order=specs, condition_order=[c for c, _ in plan.conditions],
                                 records=state.summary_records)   # held since written: no second read
+        summary.update(_run_outcome(state.summary_records, len(retry), retried))
+        from sieve.evaluation.records import write_json_atomic
+
+        write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def _run_outcome(records: Sequence[dict[str, Any]], n_retried: int, reasons: dict[str, int]) -> dict[str, Any]:
+    """Keys added to ``summary.json`` by ``sieve eval`` (added, never renamed: a public contract):
+    ``n_items`` / ``n_items_failed`` over the latest record of every item, ``n_retried`` (items this
+    invocation redid because an earlier attempt failed for a reason not their own) and
+    ``retried_reasons`` (count per reason, :func:`retry_reason`)."""
+    recs = latest_records(records)
+    return {"n_items": len(recs), "n_items_failed": sum(1 for r in recs if r.get("error")),
+            "n_retried": int(n_retried), "retried_reasons": dict(reasons)}
 
 
 
@@ -466,8 +523,8 @@ class _RunState:
             if e.stage == "fit":
                 log.exception("%s: fit on condition %s failed", spec, cond)
                 fit_errors[spec] = f"fit: {e.detail}"
-            else:
-                log.exception("%s: calibration failed", spec)
+            else:   # one line (no traceback): its items fail "not calibrated" and are retried on resume
+                log.error("%s: calibration failed: %s", spec, e.detail)
                 self.cfg.setdefault("calibration_errors", {})[spec] = e.detail
             return
         if calibrate:
@@ -485,6 +542,8 @@ class _RunState:
             "latency_breakdown": {}, "error": error,
         }
         rec["ranking"] = rows
+        if ranking is not None:   # truth-kept (sieve/evaluation/truth.py): the relevant clean passages ranked
+            rec["relevant_ids"] = relevant_ids(self.exp.dataset.qrels, it.query_id, it.correct_answers, ranking)
         if error or ranking is None:
             return rec, []
         d = self.defs[spec]

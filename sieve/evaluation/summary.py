@@ -13,6 +13,7 @@ import numpy as np
 from sieve.constants import CLEAN, CLEAN_BUDGET
 from sieve.evaluation import metrics as M
 from sieve.evaluation.records import dumps_bytes, latest_records, read_records, read_run_config, write_json_atomic
+from sieve.evaluation.truth import truth_kept
 
 #: Decision statuses that mean "the defense examined this document" (removal-rate denominators).
 SCORED_STATUSES = frozenset({"scored", "ran"})
@@ -54,7 +55,7 @@ def first_own_poison_position(rec: dict[str, Any]) -> int | None:
 #: Record fields the summary reads (besides the ranking's poison flags and the decisions).
 _SUMMARY_FIELDS = ("query_id", "condition", "defense", "error", "own_poison_ids", "context_ids", "answer",
                    "target_answer", "judgment", "correct_answers", "latency_ms", "fallback_used", "llm_errors",
-                   "llm_last_error", "llm_circuit_open")
+                   "llm_last_error", "llm_circuit_open", "relevant_ids")
 
 
 def summary_record(rec: dict[str, Any], decisions: list[Any] | None = None) -> dict[str, Any]:
@@ -151,6 +152,10 @@ def summary_row(defense: str, attack: str, recs: list[dict[str, Any]], negatives
         pos = [s for s, _ in own_scored if s is not None]
         row["auroc"] = M.auroc(pos, negatives)
         row["detect_at_5pct"] = M.detect_at_clean_budget(pos, negatives, budget)
+    kept, _ = truth_kept(ok)
+    row["truth_kept"] = _rate(kept) if kept else None
+    row["truth_kept_ci95"] = _ci(kept)
+    row["n_truth"] = len(kept)
     answered = [r for r in ok if r.get("answer") is not None]
     if answered:
         if attacked:

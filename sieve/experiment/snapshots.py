@@ -150,11 +150,13 @@ class Experiment:
     def _quarantined(self, index: "VectorIndex") -> set[str]:
         if self.quarantine == NO_QUARANTINE or self.ledger_path is None or not self.ledger_path.exists():
             return set()
-        from sieve.ledger import Ledger, LedgerError
+        from sieve.ledger import Ledger, LedgerError, LedgerIOError
 
         try:
             with Ledger(self.ledger_path) as led:
                 return led.quarantined_ids(index.documents, self.quarantine)
+        except LedgerIOError:   # unreadable, not corrupt: never run as if nothing were quarantined
+            raise
         except LedgerError as e:   # corrupt (moved aside) or not a ledger: search keeps working, and says so
             msg = f"{e}; retrieval runs WITHOUT quarantine exclusions"
             if msg not in self.warnings:

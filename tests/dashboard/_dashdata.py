@@ -73,4 +73,4 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def page(name: str) -> str:
-    return str(ROOT / "views" / name)
+    return str(ROOT / "pages" / name)

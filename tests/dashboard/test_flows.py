@@ -70,6 +70,11 @@ def test_queue_ordered_by_continuous_priority_with_plain_reasons(fresh_ledger):
             assert len(v.split(".")[1]) <= 3, v
 
 
+def _pick(at: AppTest):
+    """The triage selector (keyed by its labels, so it is found by its label)."""
+    return next(s for s in at.selectbox if s.label == "Alert")
+
+
 def _queue_ids(at: AppTest) -> list[str]:
     return list(at.dataframe[0].value["alert"])
 
@@ -79,15 +84,15 @@ def test_reason_box_is_keyed_by_alert_and_selection_survives_confirm(fresh_ledge
     ids = _queue_ids(at)
     docs = list(at.dataframe[0].value["doc_id"])
     assert len(ids) >= 2
-    assert at.selectbox(key="al_pick").index == 0
+    assert _pick(at).index == 0
     at.text_input(key=f"al_why_{ids[0]}").set_value("note about the first alert").run()
-    at.selectbox(key="al_pick").select_index(1).run()
+    _pick(at).select_index(1).run()
     no_error(at)
     assert at.text_input(key=f"al_why_{ids[1]}").value == "", "no text carried over from another alert"
     at.text_input(key=f"al_why_{ids[1]}").set_value("coordinated poison").run()
     at.button(key="al_do_confirmed").click().run()
     no_error(at)
-    pick = at.selectbox(key="al_pick")
+    pick = _pick(at)
     assert pick.value == ids[1], "the selection stays on the alert just confirmed"
     assert pick.options[pick.index] == f"{docs[1]} · confirmed · priority {at.dataframe[0].value['priority'][1]:.2f}", \
         "the selector label shows the new state"
@@ -151,7 +156,7 @@ def test_geometry_picker_and_metrics_agree_and_condition_switch_keeps_a_valid_pi
 
 # ---- Attack lab: class mode, checked questions, custom target answer, contexts ----------------------
 def test_attack_lab_class_mode_custom_target_and_contexts(dash_env):
-    at = AppTest.from_file(page("5_attack_lab.py"), default_timeout=TIMEOUT).run()
+    at = AppTest.from_file(page("5_attack-lab.py"), default_timeout=TIMEOUT).run()
     no_error(at)
     labels = at.selectbox(key="lab_target").options
     assert all(lab.endswith(("✓ clean answer correct", "✗ clean answer wrong", "not checked")) for lab in labels)
@@ -216,3 +221,62 @@ def test_explorer_shows_quarantine_and_ledger_state(fresh_ledger):
     reason = decisions[decisions["defense"] == "rsg_rsq"]["reason"].iloc[0]
     assert "ledger: restored (quarantine rolled back)" in reason, reason
     assert "quarantined" not in reason, reason
+
+
+# ---- issue 24 item 3: label, reason box, expander, export --------------------------------------
+def test_empty_ledger_opens_the_audit_expander(fresh_ledger):
+    at = AppTest.from_file(page("6_alerts.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    exp = next(e for e in at.expander if "Add alerts from an RSG audit" in e.label)
+    assert exp.proto.expanded, "an empty ledger (counts() is a dict of zeros) opens the audit box"
+
+
+def test_decision_refreshes_label_and_empties_reason_box(fresh_ledger):
+    at = _audited_alerts(fresh_ledger)
+    aid = _queue_ids(at)[0]
+    doc = at.dataframe[0].value["doc_id"][0]
+    old_key = _pick(at).key
+    at.text_input(key=f"al_why_{aid}").set_value("poison, checked by hand").run()
+    at.button(key="al_do_confirmed").click().run()
+    no_error(at)
+    pick = _pick(at)
+    assert pick.value == aid and pick.key != old_key, "a new selector is drawn when its label changes"
+    label = pick.options[pick.index]
+    assert label.startswith(f"{doc} · confirmed ·") and "open" not in label
+    assert at.text_input(key=f"al_why_{aid}").value == "", "the confirm reason does not carry over to a rollback"
+    assert not at.checkbox(key=f"al_rb_ok_{aid}").value
+    assert at.button(key="al_do_rolled_back").disabled, "a rollback needs its own reason"
+    at.text_input(key=f"al_why_{aid}").set_value("clean after all").run()
+    at.checkbox(key=f"al_rb_ok_{aid}").check().run()
+    at.button(key="al_do_rolled_back").click().run()
+    no_error(at)
+    from sieve.ledger import Ledger
+
+    with Ledger(fresh_ledger) as led:
+        assert [h.why for h in led.history(aid)][-2:] == ["poison, checked by hand", "clean after all"]
+    assert _pick(at).options[_pick(at).index].startswith(f"{doc} · rolled_back ·")
+    hist = next(d.value for d in at.dataframe if {"from", "to", "why"} <= set(d.value.columns))
+    assert "None" not in hist.astype(str).to_numpy().ravel().tolist()
+    assert hist["from"].iloc[0] == "(new alert)"
+
+
+def test_export_carries_what_the_list_shows(fresh_ledger):
+    import csv
+    import io
+
+    at = _audited_alerts(fresh_ledger)
+    queue = at.dataframe[0].value
+    dl = at.get("download_button")[0]
+    assert dl.proto.label == "Export CSV"
+    from sieve.dashboard import alerts as A
+    from sieve.ledger import Ledger
+
+    with Ledger(fresh_ledger) as led:
+        data = A.triage_csv(A.sorted_alerts(led.alerts(), "-priority"))
+    rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+    assert {"alert_id", "doc_id", "state", "priority", "detector_score", "reason", "batch"} <= set(rows[0])
+    assert [r["alert_id"] for r in rows] == list(queue["alert"])
+    assert [float(r["priority"]) for r in rows] == [round(p, 3) for p in queue["priority"]], "the score as listed"
+    assert [r["reason"] for r in rows] == list(queue["reason"])
+    assert all(r["batch"].startswith("rsg on ") and r["batch"].split(" · ")[0].endswith(":pr_b") for r in rows)
+    assert at.success, "the audit's message is shown"

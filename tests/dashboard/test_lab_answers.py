@@ -118,7 +118,7 @@ def test_lazy_generator_is_loaded_only_for_a_new_context(shipped_file, dash_env)
 
 
 def test_lab_picker_and_class_mode_use_shipped_answers(shipped_file):
-    at = AppTest.from_file(page("5_attack_lab.py"), default_timeout=180).run()
+    at = AppTest.from_file(page("5_attack-lab.py"), default_timeout=180).run()
     assert not at.exception and not at.error, [e.value for e in at.exception]
     only = at.toggle(key="lab_only_good")
     assert only.value and "2 of 3 checked correct" in only.label
@@ -143,7 +143,7 @@ def test_lab_without_usable_shipped_answers_says_why(dash_env, tmp_path, monkeyp
     from sieve.dashboard import lab as L
 
     monkeypatch.setattr(L, "SHIPPED_ANSWERS", tmp_path / "none" / "lab_answers.json")
-    at = AppTest.from_file(page("5_attack_lab.py"), default_timeout=180).run()
+    at = AppTest.from_file(page("5_attack-lab.py"), default_timeout=180).run()
     assert not at.exception and not at.error
     assert any("Shipped answers not used: no shipped answers" in c.value for c in at.caption)
 

@@ -27,7 +27,7 @@ def no_error(at: AppTest) -> None:
 
 
 @pytest.mark.parametrize("name", ["0_overview.py", "1_corpus.py", "2_explorer.py", "3_geometry.py", "4_tradeoffs.py",
-                                  "5_attack_lab.py", "6_alerts.py"])
+                                  "5_attack-lab.py", "6_alerts.py"])
 def test_every_page_renders(dash_env, name):
     at = run_page(name)
     no_error(at)
@@ -174,7 +174,7 @@ def test_attack_lab_generates_into_sandbox(dash_env):
     from sieve.dashboard.session import default_dataset_path
 
     before = (default_dataset_path() / "corpus.jsonl").read_bytes()
-    at = run_page("5_attack_lab.py")
+    at = run_page("5_attack-lab.py")
     at.selectbox(key="lab_family").set_value("pr_b").run()
     at.slider(key="lab_volume").set_value(3).run()
     at.button(key="lab_generate").click().run()

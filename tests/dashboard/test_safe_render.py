@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from sieve.dashboard.safe import md, visible
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = sorted([*ROOT.glob("views/*.py"), ROOT / "app.py", *ROOT.glob("sieve/dashboard/*.py")])
+FILES = sorted([*ROOT.glob("pages/*.py"), ROOT / "app.py", *ROOT.glob("sieve/dashboard/*.py")])
 
 #: Calls whose first positional argument (and ``label``/``help``/``body`` keywords) is rendered as markdown.
 MARKDOWN_CALLS = {"markdown", "write", "caption", "info", "warning", "error", "success", "toast", "header",

@@ -65,7 +65,7 @@ def test_build_defense_specs_and_params():
     s = build_defense("tris_l2+perplexity", **{"perplexity.threshold": 40.0})
     assert isinstance(s, Serial) and s.label == "tris_l2+perplexity"
     assert [st.label for st in s.stages_] == ["tris_l2", "perplexity"] and s.stages == ("tris_l2", "perplexity")
-    assert s.threshold_param == "perplexity__threshold" and getattr(s, "perplexity__threshold") == 40.0
+    assert s.threshold_param == "perplexity__threshold" and s.perplexity__threshold == 40.0
     assert getattr(s, "perplexity.threshold") == 40.0          # the older dotted name still reads
     s.set_params(prefix_token_count=12)
     assert s.stages_[0].prefix_token_count == 12 and s.get_params()["tris_l2__prefix_token_count"] == 12
@@ -93,7 +93,7 @@ def test_serial_calibrates_stage_on_its_own_survivors():
     corpus = ["the capital of france is paris", "paris is a city in france", "france is in europe"]
     res = resources_with(lm=UnigramLM(corpus))
     s = build_defense("tris_l2+perplexity")
-    assert getattr(s, "perplexity__threshold") is None
+    assert s.perplexity__threshold is None
     q = "capital of france"
     # d0 repeats the query (L2 removes it), so perplexity never sees it during calibration
     clean = [ranking_of(q, ["capital of france capital of france zzz qqq"] + corpus)]

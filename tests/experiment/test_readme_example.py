@@ -36,7 +36,7 @@ def test_the_example_runs(monkeypatch, capsys):
     monkeypatch.setattr(sieve.resources, "Resources", lambda *a, **k: tiny_resources())
     monkeypatch.chdir(ROOT)     # the example loads "demo_data" relative to the project
     namespace: dict = {"__name__": "readme_example"}
-    exec(compile(readme_python_example(), "README.md#python", "exec"), namespace)  # noqa: S102
+    exec(compile(readme_python_example(), "README.md#python", "exec"), namespace)
 
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 6, lines                        # five decisions, then the context ids

@@ -189,7 +189,15 @@ def test_corpus_audit_embeds_with_the_real_retriever(tmp_path, real_retriever):
     shards = open_shards(wd)
     assert shards.manifest["model_id"] == real_retriever.model_id and shards.ids == [f"d{i}" for i in range(100)]
     want = embed_documents([Document(f"d{i}", t) for i, t in enumerate(texts)], real_retriever, None, False, "x")
-    # same batches of 32 (64-row shards) as the reference call: equal after the float16 round trip
-    np.testing.assert_array_equal(shards.vectors[0:100], want.astype(np.float16))
+    # the same embedding in row order, stored as float16. Not bit-equal: the shard path and the
+    # reference call run torch's CPU kernels under different thread scheduling, and a float32 value
+    # that lands on a float16 rounding boundary flips by one float16 step (≤ 2**-10 relative, about
+    # 6e-5 for these unit vectors). Row order and identity are what this checks.
+    got = np.asarray(shards.vectors[0:100], dtype=np.float32)
+    ref16 = want.astype(np.float16).astype(np.float32)
+    one_step = np.spacing(np.abs(ref16).astype(np.float16)).astype(np.float32)
+    assert np.all(np.abs(got - ref16) <= one_step + 1e-7)
+    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cos.min() > 0.9999
     ref = audit_corpus(shards.ids, texts, shards.vectors, mode="exact")
     assert [r for r, f, _, _ in flags_of(out) if f == "1"] == ref.flagged_ids and "d7" in ref.flagged_ids

@@ -27,6 +27,7 @@ STATE_HELP = {
 SEL = "al_selected"          # the selected alert id (survives label changes and reruns)
 FLASH = "al_flash"           # message shown once after an action
 NEXT = "al_next"             # where the selection goes when the acted-on alert leaves the filtered list
+CLEAR = "al_clear"           # widget keys to empty before they are drawn again (after a decision)
 
 
 with state.page_guard("Alerts"):
@@ -40,7 +41,9 @@ with state.page_guard("Alerts"):
     if flash:
         st.success(md(flash))
 
-    with st.expander("Add alerts from an RSG audit", expanded=not led.counts()):
+    for k in st.session_state.pop(CLEAR, ()):   # the last decision's reason never carries over to the next
+        st.session_state[k] = False if k.startswith("al_rb_ok_") or k.endswith("_ok") else ""
+    with st.expander("Add alerts from an RSG audit", expanded=not sum(led.counts().values())):
         cond = st.selectbox("Snapshot", conds, key="al_cond", index=conds.index(conds[1]) if len(conds) > 1 else 0,
                             help="clean corpus, or clean corpus + every poison of one attack family")
         if st.button("Audit and record flags", key="al_audit"):
@@ -77,8 +80,10 @@ with state.page_guard("Alerts"):
                                                                      "(each lowers the priority by 30 %)")})
     else:
         st.caption("No alerts match these filters.")
-    st.download_button("Export CSV", A.alerts_csv(led, **filters), file_name="sieve-alerts.csv", mime="text/csv",
-                       key="al_csv")
+    st.download_button("Export CSV", A.triage_csv(alerts), file_name="sieve-alerts.csv", mime="text/csv",
+                       key="al_csv", on_click="ignore",   # no rerun: a message shown above stays
+                       help="The alerts listed above, in their order: id, document, state, priority (as listed), "
+                            "the detector and its own score, the plain reason, the audit batch and the times.")
     if not alerts:
         st.stop()
 
@@ -92,6 +97,7 @@ with state.page_guard("Alerts"):
         if st.button("Apply to all listed", key="al_bulk_go", disabled=not (bulk_ok and bulk_why.strip() and movable)):
             n, errs = A.bulk_transition(led, movable, bulk_to, st.session_state.get("analyst", "analyst"), bulk_why)
             st.session_state[FLASH] = f"{n} alert(s) moved to {bulk_to}." + (f" {len(errs)} skipped." if errs else "")
+            st.session_state[CLEAR] = ["al_bulk_why", "al_bulk_ok"]
             st.rerun()
 
     st.subheader("Triage")
@@ -100,9 +106,12 @@ with state.page_guard("Alerts"):
     if st.session_state.get(SEL) not in by_id:
         nxt = st.session_state.get(NEXT)
         st.session_state[SEL] = nxt if nxt in by_id else ids[0]
-    aid = st.selectbox("Alert", ids, index=ids.index(st.session_state[SEL]), key="al_pick",
-                       format_func=lambda i: f"{by_id[i].doc_id} · {by_id[i].state} · priority "
-                                             f"{A.priority(by_id[i]):.2f}")
+    pick_labels = {i: f"{by_id[i].doc_id} · {by_id[i].state} · priority {A.priority(by_id[i]):.2f}" for i in ids}
+    # keyed by its labels: a keyed selectbox keeps showing the label it was drawn with, so a state change
+    # ("open" → "confirmed") draws a new one, positioned on the selected alert
+    pick_key = "al_pick_" + A.labels_key(pick_labels.values())
+    aid = st.selectbox("Alert", ids, index=ids.index(st.session_state[SEL]), key=pick_key,
+                       format_func=pick_labels.__getitem__)
     if aid != st.session_state[SEL]:
         st.session_state[SEL] = aid
     alert = led.get(aid)
@@ -149,11 +158,13 @@ with state.page_guard("Alerts"):
                     st.error(md(e))
                 else:
                     st.session_state[FLASH] = f"{alert.doc_id}: {alert.state} → {new}."
+                    st.session_state[CLEAR] = [f"al_why_{aid}", f"al_rb_ok_{aid}"]
                     st.session_state[SEL] = aid
                     pos = ids.index(aid)
                     st.session_state[NEXT] = ids[pos + 1] if pos + 1 < len(ids) else (ids[pos - 1] if pos else None)
                     st.rerun()
         st.caption("History")
-        st.dataframe(pd.DataFrame([{"from": h.from_state, "to": h.to_state, "who": h.who, "why": h.why,
+        st.dataframe(pd.DataFrame([{"from": h.from_state or "(new alert)", "to": h.to_state, "who": h.who,
+                                    "why": h.why or "",
                                     "at": pd.to_datetime(h.at, unit="s").strftime("%Y-%m-%d %H:%M")}
                                    for h in led.history(aid)]), hide_index=True, width="stretch")

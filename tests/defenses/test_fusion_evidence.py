@@ -1,0 +1,99 @@
+"""Fusion's evidence is the score of the method that defines it (sieve/defenses/fusion_evidence.py):
+on the same ranking, each fused value equals the registered defense's own score, so a change to a
+method cannot silently diverge from the fusion that claims to use it."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from test_defense_contract import _ranking, _snapshot
+
+from _tris_fakes import resources_with
+from sieve.defenses import fusion, fusion_evidence
+from sieve.defenses.fusion import Fusion
+from sieve.defenses.fusion_evidence import EVIDENCE, judge_cohesion, query_similarity
+from sieve.models.tiny import HashingEmbedder
+from sieve.registry import DEFENSES
+from sieve.types import Ranking
+
+K = 5
+
+
+@pytest.fixture(scope="module")
+def setup():
+    res = resources_with(judge=HashingEmbedder(48, "tiny-judge"))
+    ranking = _ranking()
+    snap = _snapshot(res)
+    f = Fusion(evidence=tuple(EVIDENCE), pairwise_scope="survivors").fit(snap, res)
+    n = len(ranking.documents)
+    records = f._round(ranking, res, K, fusion.FusionScores([]), set()).records
+    return res, ranking, snap, f, records, list(range(n))
+
+
+def _own(name, res, ranking, snap, **params):
+    d = DEFENSES.create(name, **params)
+    if d.corpus_time:
+        d.fit(snap, res)
+    return d
+
+
+def _values(records, name):
+    return {i: rec["values"].get(name) for i, rec in records.items()}
+
+
+@pytest.mark.parametrize("evidence,method,params", [
+    ("l2", "tris_l2", {}),
+    ("perplexity", "perplexity", {}),
+    ("rsg", "rsg", {}),
+    ("rsq", "rsq", {}),
+    ("answer", "answer_consistency", {}),
+    ("ragdefender", "ragdefender", {}),
+])
+def test_fused_evidence_is_the_method_score(setup, evidence, method, params):
+    res, ranking, snap, f, records, _ = setup
+    assert EVIDENCE[evidence].method == method
+    own = _own(method, res, ranking, snap, **params).score(ranking, res, K).items
+    fused = _values(records, evidence)
+    assert set(fused) == set(range(K))            # round 1: the first k_ctx documents
+    compared = 0
+    for i, v in fused.items():
+        mine = own[i].value
+        if mine is None:
+            assert v is None
+            continue
+        assert v == pytest.approx(float(mine), rel=0, abs=0), (evidence, i)
+        compared += 1
+    assert compared >= 1, f"{evidence}: no value to compare"
+
+
+def test_rouge_is_trustrags_near_copy_score(setup):
+    res, ranking, snap, f, records, _ = setup
+    window = f._window(ranking, list(range(len(ranking.documents))), K)
+    sub = Ranking(ranking.query, [ranking.documents[i] for i in window])
+    own = DEFENSES.create("trustrag", consolidate=False).score(sub, res, None).items
+    where = {i: j for j, i in enumerate(window)}
+    for i, v in _values(records, "rouge").items():
+        assert v == own[where[i]].value
+
+
+def test_fusions_own_evidence_is_computed_once(setup):
+    res, ranking, snap, f, records, _ = setup
+    window = f._window(ranking, list(range(len(ranking.documents))), K)
+    X = res.judge_embeddings([ranking.documents[i].text for i in window])
+    where = {i: j for j, i in enumerate(window)}
+    coh = judge_cohesion(X, [where[i] for i in range(K)])
+    assert [records[i]["values"]["cohesion"] for i in range(K)] == coh
+    sims = query_similarity(res, ranking.query, [d.text for d in ranking.documents[:K]])
+    assert [records[i]["values"]["similarity"] for i in range(K)] == sims
+    assert all(-1.0 <= s <= 1.0 for s in sims) and float(np.ptp(coh)) >= 0
+
+
+def test_fusion_defines_no_score_of_its_own_methods():
+    """The fusion module reads evidence only through fusion_evidence (no second L2, perplexity or
+    RSQ definition): none of the methods' internals is imported there."""
+    src = inspect.getsource(fusion) + inspect.getsource(fusion_evidence)
+    for internal in ("l2_features", "lm_traces", "score_candidates", "decisions_for", "answer_corroboration",
+                     "pairwise_rouge("):
+        assert internal not in src, internal
+    assert set(fusion.EVIDENCE) == set(EVIDENCE)
