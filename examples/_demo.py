@@ -61,15 +61,48 @@ def resources(ds, tiny: bool):
 
 
 def backend(ds, res, base_url: str | None):
-    """In-process (a temporary ledger: the example never touches yours) or a `sieve serve` client."""
-    from sieve.adapters import LocalSieve, SieveClient
+    """In-process (a temporary ledger: the example never touches yours) or a `sieve serve` client —
+    whose server and token are checked first, before any embedding work."""
+    from sieve.adapters import LocalSieve, SieveClient, SieveError
 
     if base_url:
-        return SieveClient(base_url)
+        client = SieveClient(base_url)
+        try:
+            client.check()
+        except SieveError as e:
+            sys.exit(f"error: {e}")
+        return client
     from sieve.experiment import Experiment
 
     ledger = Path(tempfile.mkdtemp(prefix="sieve-example-")) / "ledger.sqlite"
     return LocalSieve(Experiment(ds, res, ledger_path=ledger), ledger_path=ledger, clean_limit=40)
+
+
+class ReusingEmbedder:
+    """The retriever, reusing the dataset's vectors: the demo's shipped vectors (demo_data/.artifacts,
+    verified by corpus hash and model id) or the cached workspace index; only the texts it has no
+    vector for (the injected poisons) are encoded, with a progress bar."""
+
+    def __init__(self, ds, res):
+        from sieve.experiment import Experiment
+
+        index = Experiment(ds, res, progress=True).base_index()
+        self.inner, self.model_id, self.dim = res.retriever, index.model_id, index.dim
+        self.known = {d.text: index.vector_of(d.id) for d in index.documents}
+
+    def encode(self, texts, kind: str = "passage", batch_size: int = 32, progress: bool = False):
+        import numpy as np
+        from tqdm.auto import tqdm
+
+        texts = list(texts)
+        if kind == "passage":
+            missing = list(dict.fromkeys(t for t in texts if t not in self.known))
+            for i in tqdm(range(0, len(missing), batch_size), desc="embedding new documents", unit="batch",
+                          disable=not missing):
+                chunk = missing[i:i + batch_size]
+                self.known.update(zip(chunk, self.inner.encode(chunk, kind="passage")))
+            return np.vstack([self.known[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+        return self.inner.encode(texts, kind=kind, batch_size=batch_size)
 
 
 def print_decisions(out: dict, poison_ids: set[str]) -> None:

@@ -9,7 +9,7 @@ No network: the retriever, Sieve's models and the generator are local (docs/mode
 """
 from __future__ import annotations
 
-from _demo import SYSTEM, backend, knowledge_base, parse_args, print_decisions, prompt_for, resources
+from _demo import SYSTEM, ReusingEmbedder, backend, knowledge_base, parse_args, print_decisions, prompt_for, resources
 from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_core.documents import Document as LCDocument
 from langchain_core.runnables import RunnableLambda
@@ -24,11 +24,12 @@ def main() -> None:
     res = resources(ds, args.tiny)
     poison_ids = {d.id for d in docs if d.poison}
 
-    store = InMemoryVectorStore(SieveEmbeddings(res.retriever))
+    sieve_backend = backend(ds, res, args.base_url)   # server and token checked before any embedding
+    store = InMemoryVectorStore(SieveEmbeddings(ReusingEmbedder(ds, res)))   # shipped vectors reused
     store.add_documents([LCDocument(page_content=d.text, metadata={"id": d.id, "title": d.title}, id=d.id)
                          for d in docs])
     base = store.as_retriever(search_kwargs={"k": 20})  # RSQ reads the top 20 of a ranking
-    compressor = SieveCompressor(backend=backend(ds, res, args.base_url), defense=args.defense, k_ctx=5)
+    compressor = SieveCompressor(backend=sieve_backend, defense=args.defense, k_ctx=5)
     guarded = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=base)
 
     print(f"knowledge base: {len(docs)} documents ({len(poison_ids)} injected pr_b poisons)")

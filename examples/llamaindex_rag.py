@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _demo import SYSTEM, backend, knowledge_base, parse_args, print_decisions, resources
+from _demo import SYSTEM, ReusingEmbedder, backend, knowledge_base, parse_args, print_decisions, resources
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.llms import CompletionResponse, CompletionResponseGen, CustomLLM, LLMMetadata
 from llama_index.core.llms.callbacks import llm_completion_callback
@@ -50,8 +50,9 @@ def main() -> None:
     nodes = [TextNode(text=d.text, id_=d.id, metadata={"id": d.id, "title": d.title},
                       excluded_embed_metadata_keys=["id", "title"], excluded_llm_metadata_keys=["id"])
              for d in docs]
-    index = VectorStoreIndex(nodes, embed_model=SieveEmbedding(res.retriever))
-    sieve = SievePostprocessor(backend=backend(ds, res, args.base_url), defense=args.defense, k_ctx=5)
+    sieve_backend = backend(ds, res, args.base_url)   # server and token checked before any embedding
+    index = VectorStoreIndex(nodes, embed_model=SieveEmbedding(ReusingEmbedder(ds, res)))   # shipped vectors reused
+    sieve = SievePostprocessor(backend=sieve_backend, defense=args.defense, k_ctx=5)
     engine = index.as_query_engine(similarity_top_k=20, node_postprocessors=[sieve])
 
     print(f"knowledge base: {len(docs)} documents ({len(poison_ids)} injected pr_b poisons)")

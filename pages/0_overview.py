@@ -21,6 +21,16 @@ with state.page_guard("Overview"):
         "**TRIS** (judge-space clustering, structural prefix filter, LLM consistency check) and **RAGSieve** "
         "(RSQ query-local contrast, RSG corpus graph audit) — with baselines, attacks and evaluation."
     )
+    st.subheader("First steps")
+    st.markdown(
+        "1. **Query explorer** — pick a demo question and an attack condition: each defense's decision per "
+        "passage, and the context the generator would read (Sieve's `fusion` first, then the papers' methods).\n"
+        "2. **Attack lab** — poison one question in a sandbox and watch the answer flip and each defense respond "
+        "(*Class mode* runs the whole demo in under a minute).\n"
+        "3. **Your own corpus** — on *Corpus & index*, upload a `.jsonl` (one `{\"id\", \"text\", \"title\"}` "
+        "per line), `.csv` or `.parquet` file, or open a dataset folder (`corpus.jsonl`, optional `queries.jsonl`); "
+        "every page then works on it. From the command line: `sieve index DATASET --precompute`."
+    )
     c1, c2, c3 = st.columns(3)
     c1.info("**Analysts** — start at *Alerts* (quarantine queue) and *Query explorer* (why was a passage removed?).")
     c2.info("**Researchers** — *Trade-offs*: move thresholds and watch poison-in-context, clean removal and ASR.")
@@ -46,11 +56,18 @@ with state.page_guard("Overview"):
         df = pd.DataFrame(run.summary.get("results", []))
         cols = [c for c in ("defense", "attack", "queries", "poison_in_context_rate", "poison_removal_rate",
                             "clean_removal_rate", "auroc", "asr", "clean_acc", "latency_ms_p50") if c in df.columns]
-        st.caption(f"{md(run.path)} — {len(run.records)} records, defenses: {md(', '.join(run.defenses))}")
+        st.caption(f"Run {md(S.display_path(run.path))} — {len(run.records)} records, defenses: "
+                   f"{md(', '.join(run.defenses))}. Sieve's recommended `fusion` is measured in the detection run "
+                   "(all targets, no answers; README \"What the demo evaluation shows\", *Trade-offs* ROC curves).")
+        from sieve.dashboard import tables as T
         from sieve.dashboard.runs import METRIC_HELP
 
-        st.dataframe(df[cols], hide_index=True, width="stretch",
-                     column_config={c: st.column_config.Column(c, help=METRIC_HELP.get(c, "")) for c in cols})
+        labels = {"queries": "n (queries)", "poison_in_context_rate": "poison in context",
+                  "poison_removal_rate": "poison removal", "clean_removal_rate": "clean removal", "auroc": "AUROC",
+                  "asr": "ASR", "clean_acc": "clean accuracy", "latency_ms_p50": "latency p50 (ms)"}
+        st.dataframe(T.shown(df[cols], "n/a"), hide_index=True, width="stretch",
+                     column_config={c: st.column_config.Column(labels.get(c, c), help=METRIC_HELP.get(c, ""))
+                                    for c in cols})
     with st.expander("About the methods"):
         from sieve.dashboard.glossary import methods_table
 

@@ -7,6 +7,7 @@ from sieve.dashboard import alerts as A
 from sieve.dashboard import figures as F
 from sieve.dashboard import session as S
 from sieve.dashboard import state
+from sieve.dashboard import tables as T
 from sieve.dashboard.safe import md, md_escape
 from sieve.runtime import configure_process_environment
 
@@ -87,7 +88,8 @@ with state.page_guard("Corpus & index"):
                 "or with `sieve attack`.")
     with st.expander("Browse documents (text shown verbatim)"):
         st.dataframe(pd.DataFrame([{"id": d.id, "title": d.title, "text": d.text} for d in ds.documents[:500]]),
-                     hide_index=True, width="stretch", height=300)
+                     hide_index=True, width="stretch", height=300,
+                     column_config={"id": T.id_column("id", [d.id for d in ds.documents[:500]])})
 
     st.subheader("Index")
     with st.status("Opening the retriever index (built once, then reused)…", expanded=False) as status:

@@ -12,6 +12,7 @@ from sieve.dashboard import figures as F
 from sieve.dashboard import glossary as Gl
 from sieve.dashboard import session as S
 from sieve.dashboard import state
+from sieve.dashboard import tables as T
 from sieve.dashboard.safe import highlight_segments, highlighted_html, md, snippet
 from sieve.experiment.explain import FUSION_TERMS, TERMS, with_ledger_state
 from sieve.runtime import configure_process_environment
@@ -142,9 +143,10 @@ with state.page_guard("Query explorer"):
     cols = ["rank", "id", "poison", "retriever score", "quarantine ledger"] + \
         [c for n in shown for c in (n, f"{n} margin")] + ["text"]
     cols = [c for c in cols if c in table.columns]
-    st.dataframe(table[cols], hide_index=True, width="stretch", height=420,
-                 column_config={c: st.column_config.Column(c, help=h)
-                                for c, h in Gl.ranking_column_help(cols, list(result.results)).items()})
+    col_help = Gl.ranking_column_help(cols, list(result.results))
+    st.dataframe(T.shown(table[cols], "", 4), hide_index=True, width="stretch", height=420,
+                 column_config={**{c: st.column_config.Column(c, help=h) for c, h in col_help.items()},
+                                "id": T.id_column("id", table["id"].tolist(), help=col_help.get("id"))})
     st.caption("margin = score − threshold (positive = on the removal side).")
 
     st.subheader("Document evidence")
@@ -174,7 +176,7 @@ with state.page_guard("Query explorer"):
                             width="stretch")
             if ev:
                 terms = ("E_a", "E_i", "E_p", "E_s", "S", "p_a", "p_i", "J", "p_s")
-                st.dataframe(pd.DataFrame([{k: None if ev.get(k) is None else round(float(ev[k]), 3) for k in terms}]),
+                st.dataframe(T.shown(pd.DataFrame([{k: None if ev.get(k) is None else round(float(ev[k]), 3) for k in terms}])),
                              hide_index=True, column_config={k: st.column_config.NumberColumn(k, help=TERMS[k])
                                                              for k in terms})
                 with st.expander("What do E_a, E_i, E_p, E_s, S, p_a, p_i, J and p_s mean?"):
@@ -209,7 +211,7 @@ with state.page_guard("Query explorer"):
                 rows.append({"defense": n, "decision": E.decision_label(d), "layer": d.layer, "status": d.status,
                              "score": d.score, "threshold": d.threshold, "margin": d.margin(),
                              "reason": with_ledger_state(d.reason, d.removed, ledger_state.get(doc.id))})
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+        st.dataframe(T.shown(pd.DataFrame(rows)), hide_index=True, width="stretch",
                      column_config={"margin": st.column_config.NumberColumn("margin", help=TERMS["margin"]),
                                     "decision": st.column_config.Column("decision", help=Gl.DECISION_HELP),
                                     **{k: st.column_config.Column(k, help=h) for k, h in Gl.DECISION_COLUMN_HELP.items()}})
@@ -240,7 +242,8 @@ with state.page_guard("Query explorer"):
                          + f" — {n_p:d} poison(s) in context")
                 st.dataframe(pd.DataFrame([{"poison": "yes" if d.poison else "", "rank": d.rank, "id": d.id,
                                             "text": snippet(d.text, 120)} for d in r.context]),
-                             hide_index=True, width="stretch")
+                             hide_index=True, width="stretch",
+                             column_config={"id": T.id_column("id", [d.id for d in r.context])})
     answers = st.session_state.setdefault("explore_answers", {})
     if st.button("Generate answers", key="x_generate",
                  help="Answers the query from each context with the configured generator (local Qwen by default)."):

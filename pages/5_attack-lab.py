@@ -10,6 +10,7 @@ from sieve.dashboard import figures as F
 from sieve.dashboard import lab as L
 from sieve.dashboard import session as S
 from sieve.dashboard import state
+from sieve.dashboard import tables as T
 from sieve.dashboard.safe import md, snippet
 from sieve.runtime import configure_process_environment
 from sieve.types import Target
@@ -114,7 +115,7 @@ with state.page_guard("Attack lab"):
         family = c1.selectbox("Attack family", families, key="lab_family")
         volume = c2.slider("Injection volume (poisons)", 1, 20, 5, key="lab_volume")
         seed = c3.number_input("Seed", 0, 10_000, 0, key="lab_seed")
-    st.caption(FAMILY_HELP.get(family, "An attack family registered in this installation."))
+    st.caption(md(FAMILY_HELP.get(family) or L.family_summary(family)))
     in_file = family in ds.attack_families() and any(r.query_id == target.query_id for r in ds.attack_records(family))
     b1, b2 = st.columns(2)
     sandbox_key = "lab_sandbox"
@@ -145,7 +146,8 @@ with state.page_guard("Attack lab"):
     poisons = box["docs"]
     st.write(f"**{len(poisons):d} poison passages** ({md(box['family'])}) — shown verbatim:")
     st.dataframe(pd.DataFrame([{"id": d.id, "text": d.text} for d in poisons]), hide_index=True, width="stretch",
-                 column_config={"text": st.column_config.TextColumn("text", width="large")})
+                 column_config={"text": st.column_config.TextColumn("text", width="large"),
+                                "id": T.id_column("id", [d.id for d in poisons])})
     with st.expander("Full poison texts"):
         for d in poisons:
             st.caption(md(d.id))
@@ -171,19 +173,29 @@ with state.page_guard("Attack lab"):
 
     if class_mode:
         specs = list(L.CLASS_MODE["defenses"])
-    else:
-        specs = st.multiselect("Defenses", [n for n in DEFENSES.names() if n != "none"],
-                               default=[d for d in ("tris", "rsq", "rsg_rsq") if d in DEFENSES.names()], key="lab_defs")
+    else:   # the selection lives outside the widget too: class mode does not draw it, and it must survive
+        offered = [n for n in DEFENSES.names() if n != "none"]
+        saved = st.session_state.setdefault("lab_specs", [d for d in S.DEFAULT_DEFENSES if d in offered])
+        specs = st.multiselect("Defenses", offered, default=[d for d in saved if d in offered], key="lab_defs",
+                               help="Sieve's recommended detector (fusion) and the papers' methods by default. "
+                                    "Prepared defenses are kept for this process: the first preparation of a "
+                                    "defense takes seconds to a minute, later ones return at once.")
+        st.session_state["lab_specs"] = list(specs)
     k_ctx = int(st.session_state["k_ctx"])
     results = {"none": S.prepare(exp, "none").apply(pois_r, res, k_ctx=k_ctx)}
     rows = []
+    step_times: dict[str, tuple[float, float]] = {}
     bar = st.progress(0.0, text="Preparing defenses…") if specs else None
     for j, spec in enumerate(specs):
         if bar is not None:
-            bar.progress(j / len(specs), text=f"Preparing and applying {md(spec)} ({j + 1:d} of {len(specs):d})…")
+            bar.progress(j / len(specs), text=f"Preparing {md(spec)} ({j + 1:d} of {len(specs):d}; kept for later "
+                                              "runs) and applying it to the poisoned ranking…")
         try:
-            d = S.prepare(exp, spec, snapshot=sandbox, calibration=state.calibration())
+            t_prep = time.perf_counter()
+            d = state.lab_defense(spec, box["family"], poisons, sandbox)
+            t_apply = time.perf_counter()
             r = d.apply(pois_r, res, k_ctx=k_ctx)
+            step_times[spec] = (t_apply - t_prep, time.perf_counter() - t_apply)
         except Exception as e:  # noqa: BLE001
             st.warning(f"{md(spec)}: " + state.friendly(e))
             continue
@@ -198,13 +210,20 @@ with state.page_guard("Attack lab"):
                      "poisons left in context": sum(1 for d in r.context if d.poison),
                      "fallback": r.fallback_used})
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if "tris" in specs:
+        st.caption("tris here is TRIS L1+L2 (its L3 LLM verifier is off, as on the Query explorer: minutes to "
+                   "calibrate and about 20 s per question on 2 CPU cores); select tris_full for L3.")
+    if step_times:
+        st.caption("Defense steps: " + md(" · ".join(f"{n} prepared in {p:.1f} s, applied in {a:.1f} s"
+                                                     for n, (p, a) in step_times.items())))
     st.caption("The context each defense hands to the generator (poisons marked):")
     ctx_tabs = st.tabs([("undefended" if n == "none" else md(n)) for n in results])
     for tab, r in zip(ctx_tabs, results.values()):
         with tab:
             st.dataframe(pd.DataFrame([{"poison": "yes" if d.poison else "", "rank": d.rank, "id": d.id, "text": d.text}
                                        for d in r.context]), hide_index=True, width="stretch",
-                         column_config={"text": st.column_config.TextColumn("text", width="large")})
+                         column_config={"text": st.column_config.TextColumn("text", width="large"),
+                                        "id": T.id_column("id", [d.id for d in r.context])})
 
     if st.button("Generate answers (clean, poisoned, defended)", key="lab_answers"):
         ctxs = L.answer_contexts(clean_r, results, k_ctx)
@@ -227,12 +246,26 @@ with state.page_guard("Attack lab"):
             st.session_state["lab_answer_store"] = (box_id, out, time.perf_counter() - t0, counts)
     ans = st.session_state.get("lab_answer_store")
     if ans and ans[0] == box_id:
-        cols = st.columns(len(ans[1]))
-        for col, (name, text) in zip(cols, ans[1].items()):
+        current = L.answer_contexts(clean_r, results, k_ctx)   # only the defenses selected now
+        shown = {n: t for n, t in ans[1].items() if n in current}
+        verdicts = L.defense_verdicts(shown, target.correct_answers, target.target_answer)
+        undefended = shown.get("poisoned, undefended")
+        if undefended is not None and not verdicts and not E.answer_verdict(
+                undefended, target.correct_answers, target.target_answer).startswith("attack succeeded"):
+            st.info("Attack failed: the undefended answer does not give the attacker's target.")
+        for name, (kind, line) in verdicts.items():
+            show = st.success if kind == "good" else st.warning
+            show(f"**{md(name)}**: {md(line)}")
+        cols = st.columns(len(shown))
+        for col, (name, text) in zip(cols, shown.items()):
             with col:
                 st.write(f"**{md(name)}**")
                 st.text(text)
                 st.caption(E.answer_verdict(text, target.correct_answers, target.target_answer))
+        missing = [n for n in current if n not in shown]
+        if missing:
+            st.caption("Not answered yet (selected after the answers were generated): " + md(", ".join(missing))
+                       + " — press Generate answers again.")
         st.caption(f"Answers took {ans[2]:.1f} s; {ans[3].get('shipped', 0):d} of {ans[3].get('answers', 0):d} came "
                    "from the answers shipped with the demo (shipped and cached answers return at once).")
     st.caption("Everything here lives in memory: the sandbox index is a copy, the dataset files are untouched.")

@@ -7,4 +7,39 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIEVE_EXTRAS="${SIEVE_EXTRAS:-[dashboard]}" bash scripts/install.sh   # the dashboard is an extra
-exec .venv/bin/streamlit run app.py --server.headless true --server.address "${SIEVE_DASHBOARD_ADDRESS:-127.0.0.1}" "$@"
+# Build every model cache the default pages need (a line per model), start the server, run its default
+# pages once in a server-side session (models, experiment and default defenses then stay loaded for
+# every visitor) and only then print the URL. SIEVE_SKIP_WARM=1 starts the server at once instead (the
+# pages then prepare on first use and say what they are preparing).
+ADDRESS="${SIEVE_DASHBOARD_ADDRESS:-127.0.0.1}"
+PORT="${SIEVE_DASHBOARD_PORT:-8501}"
+if [ -n "${SIEVE_SKIP_WARM:-}" ]; then
+  exec .venv/bin/streamlit run app.py --server.headless true --server.address "$ADDRESS" --server.port "$PORT" "$@"
+fi
+.venv/bin/python scripts/warm_dashboard.py || echo "warm-up failed; the dashboard builds its caches on first use" >&2
+LOG="$(mktemp -t sieve-dashboard.XXXXXX.log)"
+.venv/bin/streamlit run app.py --server.headless true --server.address "$ADDRESS" --server.port "$PORT" "$@" \
+  >"$LOG" 2>&1 &
+SERVER=$!
+trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; rm -f "$LOG"' EXIT INT TERM
+.venv/bin/python - "$PORT" "$SERVER" <<'PY'
+import os, sys, time, urllib.request
+port, pid = sys.argv[1], int(sys.argv[2])
+for _ in range(480):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit("the dashboard server exited; see its log above")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+            if r.status == 200:
+                sys.exit(0)
+    except OSError:
+        time.sleep(0.5)
+sys.exit("the dashboard server did not start within 4 minutes")
+PY
+.venv/bin/python scripts/warm_server.py "http://127.0.0.1:$PORT"
+echo ""
+echo "  Sieve dashboard ready: http://$ADDRESS:$PORT   (Ctrl-C stops it; server log: $LOG)"
+echo ""
+wait "$SERVER"

@@ -5,7 +5,7 @@ Document ids, titles, attack-family names, defense labels and reasons come from 
 interprets markup or control sequences they go through exactly one of these:
 
 * :func:`html_text` — HTML element content and attribute values (the report page, the dashboard's
-  ``unsafe_allow_html`` snippets);
+  ``unsafe_allow_html`` snippets), control and bidi characters shown visibly;
 * :func:`plotly_label` — every string Plotly renders as its pseudo-HTML: trace names (legend), text
   labels, categorical tick labels, subplot and axis titles, and names embedded in a
   ``hovertemplate`` (``%`` is escaped too, so a name cannot inject ``%{…}`` substitutions);
@@ -37,8 +37,9 @@ def _s(value: Any) -> str:
 
 
 def html_text(value: Any) -> str:
-    """``value`` as HTML text: ``& < > " '`` escaped (safe in element content and quoted attributes)."""
-    return html.escape(_s(value), quote=True)
+    """``value`` as HTML text: ``& < > " '`` escaped (safe in element content and quoted attributes),
+    control and bidi characters shown visibly (a right-to-left override cannot reorder the page)."""
+    return html.escape(_visible(_s(value)), quote=True)
 
 
 def plotly_label(value: Any) -> str:

@@ -102,6 +102,18 @@ CREATE TABLE IF NOT EXISTS history (
     at         REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS history_alert ON history(alert_id);
+CREATE TABLE IF NOT EXISTS snapshots (
+    snapshot_id   TEXT PRIMARY KEY,
+    source        TEXT NOT NULL,
+    corpus_hash   TEXT NOT NULL,
+    index_version TEXT NOT NULL DEFAULT '',
+    n_docs        INTEGER NOT NULL,
+    new_docs      INTEGER NOT NULL DEFAULT 0,
+    parent        TEXT,
+    state_path    TEXT NOT NULL DEFAULT '',
+    created_at    REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS snapshots_source ON snapshots(source);
 """
 
 
@@ -636,6 +648,31 @@ class Ledger:
 
     def integrity_check(self) -> str:
         return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    # -- audited snapshots of a store (sieve/experiment/stores.py: ``sieve audit SOURCE --since``) ----
+    def add_snapshot(self, snapshot_id: str, *, source: str, corpus_hash: str, index_version: str, n_docs: int,
+                     new_docs: int, parent: str | None = None, state_path: str = "") -> None:
+        """Record an audited snapshot of a store source (again: its state path and time are updated)."""
+        now = time.time()
+        with self._write() as c:
+            c.execute("INSERT INTO snapshots (snapshot_id, source, corpus_hash, index_version, n_docs, new_docs, "
+                      "parent, state_path, created_at) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(snapshot_id) DO "
+                      "UPDATE SET state_path = excluded.state_path, created_at = excluded.created_at",
+                      (snapshot_id, source, corpus_hash, index_version, int(n_docs), int(new_docs), parent,
+                       state_path, now))
+
+    def snapshot(self, snapshot_id: str) -> dict[str, Any] | None:
+        """The recorded snapshot ``snapshot_id`` (a dict of its columns), or None."""
+        with self._db():
+            row = self._conn.execute("SELECT * FROM snapshots WHERE snapshot_id = ?", (snapshot_id,)).fetchone()
+        return dict(row) if row is not None else None
+
+    def snapshots(self, *, source: str | None = None) -> list[dict[str, Any]]:
+        """Recorded snapshots, newest first (of one ``source`` when given)."""
+        sql = "SELECT * FROM snapshots" + (" WHERE source = ?" if source is not None else "") + \
+            " ORDER BY created_at DESC"
+        with self._db():
+            return [dict(r) for r in self._conn.execute(sql, (source,) if source is not None else ())]
 
     list = alerts  # ``ledger.list(state="open")`` (defined last: it shadows the builtin in the class body)
 

@@ -270,3 +270,35 @@ def test_the_defense_construction_check_sees_offenders(tmp_path):
                                                          "imports sieve.defenses.pipeline.build_defense",
                                                          "uses sieve.defenses.pipeline.build_defense"]
     assert all(f.startswith(f"{bad}:") for f in found)
+
+
+PROTOCOL_METHODS = ("inspect", "apply", "run", "redecide", "calibrate")
+
+
+def _protocol_offenders(files) -> list[str]:
+    """``file:line method`` for every defense module (other than base.py) that defines a protocol
+    method itself instead of score/decide (docs/architecture.md, "Defense protocol")."""
+    import ast
+
+    out = []
+    for path in files:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for fn in cls.body:
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in PROTOCOL_METHODS:
+                    out.append(f"{Path(path).name}:{fn.lineno} {cls.name}.{fn.name}")
+    return out
+
+
+def test_no_defense_defines_the_protocol_methods():
+    """inspect, apply, run, redecide and calibrate are built from score and decide in
+    sieve/defenses/base.py only; every other defense module implements score/decide (and refine)."""
+    files = [p for p in (ROOT / "sieve" / "defenses").glob("*.py") if p.name != "base.py"]
+    assert files
+    assert _protocol_offenders(files) == []
+
+
+def test_the_protocol_check_sees_an_offender(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("class Mine:\n    def score(self):\n        pass\n\n    def inspect(self, r):\n        return r\n")
+    assert _protocol_offenders([bad]) == ["bad.py:5 Mine.inspect"]

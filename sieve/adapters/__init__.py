@@ -2,6 +2,6 @@
 LlamaIndex (sieve/adapters/llamaindex.py), each usable in-process (:class:`LocalSieve`) or as a
 client of ``sieve serve`` (:class:`SieveClient`, JSON over HTTP). The framework modules are
 imported on demand (optional extras)."""
-from sieve.adapters.client import LocalSieve, SieveClient, SieveError
+from sieve.adapters.client import DEFAULT_DEFENSE, LocalSieve, SieveClient, SieveError
 
-__all__ = ["LocalSieve", "SieveClient", "SieveError"]
+__all__ = ["DEFAULT_DEFENSE", "LocalSieve", "SieveClient", "SieveError"]

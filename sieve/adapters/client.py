@@ -8,6 +8,11 @@
 Both answer :meth:`filter` with the ``/v1/filter`` response as a plain dict (docs/service.md), so
 the LangChain and LlamaIndex adapters do not care which one they hold. Documents quarantined in
 the ledger (same id and content hash) are excluded either way.
+
+Defaults need no LLM: the default defense is ``tris_l2`` (:data:`DEFAULT_DEFENSE`, TRIS's
+structural prefix filter), and :meth:`LocalSieve.from_dataset` reads a quarantine ledger only when
+given one (``ledger_path=``, or ``default_ledger=True`` for the shared ``<cache dir>/ledger.sqlite``).
+:meth:`SieveClient.check` verifies the server and the token before any expensive work.
 """
 from __future__ import annotations
 
@@ -20,6 +25,10 @@ from sieve.constants import K_CTX
 if TYPE_CHECKING:
     from sieve.experiment import Experiment
     from sieve.resources import Resources
+
+
+#: The adapters' default defense: needs the judge embedder only, no LLM and no generator.
+DEFAULT_DEFENSE = "tris_l2"
 
 
 class SieveError(RuntimeError):
@@ -63,7 +72,7 @@ class SieveClient:
             raise SieveError(f"sieve serve answered {r.status_code} to {method} {path}: {detail}", r.status_code)
         return r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
 
-    def filter(self, query: str, documents: Sequence[Mapping[str, Any]], defense: str = "tris",
+    def filter(self, query: str, documents: Sequence[Mapping[str, Any]], defense: str = DEFAULT_DEFENSE,
                params: Mapping[str, Any] | None = None, k_ctx: int | None = K_CTX) -> dict[str, Any]:
         body = {"query": query, "documents": [dict(d) for d in documents], "defense": defense,
                 "params": dict(params or {}), "k_ctx": k_ctx}
@@ -71,6 +80,18 @@ class SieveClient:
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")
+
+    def check(self) -> dict[str, Any]:
+        """Reach the server and check the token now (``GET /v1/defenses`` needs it), before any
+        expensive work such as embedding a corpus; raises :class:`SieveError` with the answer
+        (e.g. 401: missing or wrong token). Returns the server's defenses."""
+        try:
+            return self._call("GET", "/v1/defenses")
+        except SieveError as e:
+            if e.status == 401:
+                raise SieveError(f"{e} — set SIEVE_API_TOKEN (or token=) to the token `sieve serve` was started "
+                                 "with", 401) from None
+            raise
 
     def alerts(self, state: str | None = None) -> dict[str, Any]:
         return self._call("GET", "/v1/alerts", params={"state": state} if state else None)
@@ -101,10 +122,12 @@ class LocalSieve:
     @classmethod
     def from_dataset(cls, dataset_dir: str | Path, resources: "Resources | None" = None, *,
                      ledger_path: str | Path | None = None, quarantine: str = "open_and_confirmed",
-                     clean_limit: int | None = None) -> "LocalSieve":
+                     clean_limit: int | None = None, default_ledger: bool = False) -> "LocalSieve":
         """A backend over a dataset directory (its clean queries calibrate thresholds) with the
-        configured models (``resources``; default: the packaged models, loaded lazily) and the
-        default ledger."""
+        configured models (``resources``; default: the packaged models, loaded lazily). The
+        quarantine ledger is read only when asked: ``ledger_path=`` a ledger file, or
+        ``default_ledger=True`` for the shared ``<cache dir>/ledger.sqlite`` that ``sieve audit``,
+        ``sieve serve`` and the dashboard write; without either, no document is excluded."""
         from sieve.corpus import load_dataset
         from sieve.experiment import Experiment
         from sieve.ledger import default_ledger_path
@@ -114,11 +137,40 @@ class LocalSieve:
             from sieve.resources import Resources
 
             resources = Resources()
-        lp = ledger_path if ledger_path is not None else default_ledger_path(resources.config)
-        exp = Experiment(ds, resources, ledger_path=lp, quarantine=quarantine)
-        return cls(exp, ledger_path=lp, quarantine=quarantine, clean_limit=clean_limit)
+        if ledger_path is not None and default_ledger:
+            raise ValueError("give ledger_path= or default_ledger=True, not both")
+        lp = Path(ledger_path) if ledger_path is not None else (
+            default_ledger_path(resources.config) if default_ledger else None)
+        q = quarantine if lp is not None else "none"
+        exp = Experiment(ds, resources, ledger_path=lp, quarantine=q)
+        return cls(exp, ledger_path=lp, quarantine=q, clean_limit=clean_limit)
 
-    def filter(self, query: str, documents: Sequence[Mapping[str, Any]], defense: str = "tris",
+    @classmethod
+    def from_store(cls, source: str, resources: "Resources | None" = None, *,
+                   ledger_path: str | Path | None = None, quarantine: str = "open_and_confirmed",
+                   store_model: str | None = None, default_ledger: bool = False) -> "LocalSieve":
+        """A backend over a vector store (``chroma:///dir?collection=NAME``, ``qdrant:...``,
+        ``lancedb:...``; sieve/stores/uri.py) that the application's retriever reads: the corpus
+        and its stored vectors (agreement gate, else re-embedded) for corpus-time defenses, and the
+        quarantine ledger as in :meth:`from_dataset` — alerts of ``sieve audit SOURCE`` that are open
+        or confirmed are excluded from every call. A store has no queries: give thresholds in
+        ``params`` or use defenses that need no calibration (``none``, ``rsg``)."""
+        from sieve.experiment.stores import open_store
+        from sieve.ledger import default_ledger_path
+
+        if resources is None:
+            from sieve.resources import Resources
+
+            resources = Resources()
+        if ledger_path is not None and default_ledger:
+            raise ValueError("give ledger_path= or default_ledger=True, not both")
+        lp = Path(ledger_path) if ledger_path is not None else (
+            default_ledger_path(resources.config) if default_ledger else None)
+        q = quarantine if lp is not None else "none"
+        exp, _ = open_store(source, resources, store_model=store_model, ledger_path=lp, quarantine=q)
+        return cls(exp, ledger_path=lp, quarantine=q)
+
+    def filter(self, query: str, documents: Sequence[Mapping[str, Any]], defense: str = DEFAULT_DEFENSE,
                params: Mapping[str, Any] | None = None, k_ctx: int | None = K_CTX) -> dict[str, Any]:
         from sieve.experiment.filtering import InputDocument
 

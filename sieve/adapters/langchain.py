@@ -19,7 +19,7 @@ from langchain_core.documents.compressor import BaseDocumentCompressor
 from langchain_core.embeddings import Embeddings
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from sieve.adapters.client import backend_for
+from sieve.adapters.client import DEFAULT_DEFENSE, backend_for
 from sieve.types import content_hash
 
 
@@ -41,7 +41,7 @@ class SieveCompressor(BaseDocumentCompressor):
     backend: Any = None
     base_url: Optional[str] = None
     token: Optional[str] = None
-    defense: str = "tris"
+    defense: str = DEFAULT_DEFENSE   # tris_l2: no LLM
     params: dict[str, Any] = Field(default_factory=dict)
     k_ctx: Optional[int] = 5
     keep_removed: bool = False
@@ -84,13 +84,39 @@ class SieveCompressor(BaseDocumentCompressor):
 
 class SieveEmbeddings(Embeddings):
     """LangChain ``Embeddings`` over a Sieve embedder (``Resources.retriever``; tiny or packaged),
-    so a LangChain vector store can use the same retriever as Sieve."""
+    so a LangChain vector store can use the same retriever as Sieve.
 
-    def __init__(self, embedder: Any) -> None:
+    ``known``: vectors already computed, by text (e.g. :meth:`from_index`: the dataset's index,
+    which reuses the shipped demo vectors); only the other texts are encoded, in batches with a
+    progress bar on stderr (``progress``)."""
+
+    def __init__(self, embedder: Any, known: dict[str, Any] | None = None, progress: bool = True,
+                 batch_size: int = 32) -> None:
         self.embedder = embedder
+        self.known = dict(known or {})
+        self.progress = progress
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_index(cls, index: Any, **kw: Any) -> "SieveEmbeddings":
+        """Over a :class:`~sieve.index.VectorIndex` (``Experiment.base_index()``): its documents'
+        vectors are reused, by text; its embedder encodes the rest."""
+        known = {d.text: index.vector_of(d.id) for d in index.documents}
+        return cls(index.embedder, known, **kw)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embedder.encode(list(texts), kind="passage").tolist()
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if t not in self.known))
+        if missing:
+            from tqdm.auto import tqdm
+
+            with tqdm(total=len(missing), desc="embedding documents", unit="doc", disable=not self.progress) as bar:
+                for i in range(0, len(missing), self.batch_size):
+                    chunk = missing[i:i + self.batch_size]
+                    for t, v in zip(chunk, self.embedder.encode(chunk, kind="passage")):
+                        self.known[t] = v
+                    bar.update(len(chunk))
+        return [[float(x) for x in self.known[t]] for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
         return self.embedder.encode([text], kind="query")[0].tolist()

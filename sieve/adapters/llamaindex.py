@@ -15,7 +15,7 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from sieve.adapters.client import backend_for
+from sieve.adapters.client import DEFAULT_DEFENSE, backend_for
 
 
 class SievePostprocessor(BaseNodePostprocessor):
@@ -29,7 +29,7 @@ class SievePostprocessor(BaseNodePostprocessor):
     backend: Any = None
     base_url: Optional[str] = None
     token: Optional[str] = None
-    defense: str = "tris"
+    defense: str = DEFAULT_DEFENSE   # tris_l2: no LLM
     params: dict = Field(default_factory=dict)
     k_ctx: Optional[int] = 5
     keep_removed: bool = False

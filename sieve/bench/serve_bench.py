@@ -12,12 +12,17 @@
    (JSON encode, request, server-side filter + ledger check, JSON decode).
 4. Prints p50/p95 of both, the HTTP/in-process ratio, requests per second over HTTP (sequential,
    one client) and the server's resident memory (RSS now and peak, from /proc).
+5. ``--concurrency C --load-requests N``: N requests from C concurrent clients (p50, p95, shed = 503
+   with Retry-After); ``--burst B``: B requests at once (answered, shed, slowest shed answer); then
+   SIGTERM during a second burst and the time until the process exited. No client timeout is hit:
+   shed requests are answered at once by the server's bounded queue (``--workers``/``--queue``).
 
 The machine is shared: read the ratios, not the absolute milliseconds. Nothing is asserted.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -63,6 +68,10 @@ def main() -> None:
     ap.add_argument("--defenses", default="tris,rsq")
     ap.add_argument("--sizes", default="20,50", help="documents per request")
     ap.add_argument("--clean-limit", type=int, default=40, help="clean queries calibrating unset thresholds")
+    ap.add_argument("--concurrency", type=int, default=0, help="concurrent clients of the load phase (0: none)")
+    ap.add_argument("--load-requests", type=int, default=200, help="requests of the load phase")
+    ap.add_argument("--burst", type=int, default=0, help="requests sent at once in the burst phase (0: none)")
+    ap.add_argument("--server-args", default="", help="extra sieve serve options, e.g. '--workers 2 --queue 8'")
     args = ap.parse_args()
     defenses = [d for d in args.defenses.split(",") if d]
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -80,6 +89,7 @@ def main() -> None:
            "--clean-limit", str(args.clean_limit), "--max-documents", str(max(sizes))]
     if args.tiny:
         cmd += ["--retriever", "tiny-hashing"]
+    cmd += args.server_args.split()
     env = {k: v for k, v in os.environ.items() if k != "SIEVE_API_TOKEN"}
     print(f"starting sieve serve on 127.0.0.1:{port} ({'tiny' if args.tiny else 'packaged'} models)…", flush=True)
     t_start = time.perf_counter()
@@ -150,6 +160,7 @@ def main() -> None:
                              _pct(http_ms, 95), len(http_ms) / wall, removed / len(http_ms)))
                 print(f"  {spec} × {n} documents: done", flush=True)
         rss, peak = _rss_mb(proc.pid)
+        load = _load_phases(url, [b for _, b in bodies], args, proc) if (args.concurrency or args.burst) else []
     finally:
         proc.terminate()
         try:
@@ -169,6 +180,63 @@ def main() -> None:
               f"{hp50 / lp50 if lp50 > 0 else float('nan'):>8.2f}x {rps:>7.2f} {rem:>11.1f}")
     print(f"\nserver memory: RSS {rss:.0f} MiB after the run (peak {peak:.0f} MiB; {rss0:.0f} MiB when ready); "
           f"startup {startup:.1f} s")
+    for line in load:
+        print(line)
+
+
+def _load_phases(url: str, bodies: list[dict], args: argparse.Namespace, proc: subprocess.Popen) -> list[str]:
+    """Concurrent load, a burst, and SIGTERM under load (see the module docstring, step 5)."""
+    import concurrent.futures as cf
+    import signal
+
+    import httpx
+
+    n = max(args.concurrency, args.burst, 1)
+    client = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+    payloads = [json.dumps(b).encode() for b in bodies]   # encoded once: the clients share these 2 cores
+
+    def one(i: int) -> tuple[int, float]:
+        t0 = time.perf_counter()
+        try:
+            r = client.post(url + "/v1/filter", content=payloads[i % len(payloads)],
+                            headers={"content-type": "application/json"})
+            code = r.status_code if (r.status_code != 503 or r.headers.get("retry-after")) else -503
+        except httpx.HTTPError:
+            code = -1
+        return code, (time.perf_counter() - t0) * 1000
+
+    out = ["", "load (POST /v1/filter, the last defense × size above):"]
+    if args.concurrency:
+        with cf.ThreadPoolExecutor(args.concurrency) as ex:
+            res = list(ex.map(one, range(args.load_requests)))
+        ok = [t for c, t in res if c == 200]
+        shed = [t for c, t in res if c == 503]
+        out.append(f"  {args.load_requests} requests at concurrency {args.concurrency}: {len(ok)} answered "
+                   f"(p50 {_pct(ok, 50):.0f} ms, p95 {_pct(ok, 95):.0f} ms), {len(shed)} shed (503 + Retry-After"
+                   f"{f', slowest {max(shed):.0f} ms' if shed else ''}), {sum(1 for c, _ in res if c not in (200, 503))} "
+                   "other (client timeouts, errors)")
+    if args.burst:
+        with cf.ThreadPoolExecutor(args.burst) as ex:
+            res = list(ex.map(one, range(args.burst)))
+        ok = [t for c, t in res if c == 200]
+        shed = [t for c, t in res if c == 503]
+        out.append(f"  burst of {args.burst}: {len(ok)} answered (p95 {_pct(ok, 95):.0f} ms), {len(shed)} shed "
+                   f"(slowest shed answer {max(shed) if shed else 0:.0f} ms), "
+                   f"{sum(1 for c, _ in res if c not in (200, 503))} other")
+        with cf.ThreadPoolExecutor(args.burst) as ex:
+            futs = [ex.submit(one, i) for i in range(args.burst)]
+            time.sleep(0.5)
+            t0 = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(120)
+                took = f"{time.perf_counter() - t0:.1f} s"
+            except subprocess.TimeoutExpired:
+                took = "over 120 s"
+            codes = [f.result()[0] for f in futs]
+        out.append(f"  SIGTERM during a burst of {args.burst}: exited in {took}; {codes.count(200)} answered, "
+                   f"{codes.count(503)} shed, {sum(1 for c in codes if c not in (200, 503))} cut off")
+    return out
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ development data beside the project; never copied into it). For each dataset, de
   chooses, for each dataset, the configuration on the *other* datasets only (within the clean budget
   and keeping ≥ 90 % of its clean truth-kept), and the leave-one-family-out table the same per family.
 
-Writes ``suite.json`` and ``suite.md`` to ``--out`` when given. Nothing is asserted.
+No LLM is called (as ``sieve eval --no-llm``). Writes ``suite.json`` and ``suite.md`` to ``--out`` when
+given. Nothing is asserted.
 """
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     "+similarity": {"evidence": ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge", "similarity")},
     "refill1+similarity": {"refill_factor": 1.0, "pairwise_scope": "survivors",
                            "evidence": ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge", "similarity")},
+    "-rsg": {"evidence": ("l2", "rsq", "cohesion", "perplexity", "rouge")},
+    "refill1-rsg": {"refill_factor": 1.0, "pairwise_scope": "survivors",
+                    "evidence": ("l2", "rsq", "cohesion", "perplexity", "rouge")},
 }
 TRUTH_RATIO = 0.9
 
@@ -156,23 +160,27 @@ def choose(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str
     :data:`TRUTH_RATIO` of their clean truth-kept on attacked rankings, in those cells (ties: the
     earlier configuration, i.e. the default)."""
     by = {(r["dataset"], r["attack"], r["defense"]): r for r in rows}
-    best, best_mean = configs[0], float("inf")
-    for c in configs:
+    scored: list[tuple[bool, float, int, str]] = []
+    for order, c in enumerate(configs):
         label = f"fusion[{c}]"
-        vals, ok = [], True
+        vals, ratios, within = [], [], True
         for ds, fam in cells:
             r = by.get((ds, fam, label))
             if r is None or r.get("poison_in_context_rate") is None:
                 continue
-            if (r.get("clean_removal_on_clean") or 0.0) > budget + 1e-9:
-                ok = False
+            within = within and (r.get("clean_removal_on_clean") or 0.0) <= budget + 1e-9
             tk, tc = r.get("truth_kept"), r.get("clean_truth_kept")
-            if tk is not None and tc is not None and tk < TRUTH_RATIO * tc:
-                ok = False
+            if tk is not None and tc:
+                ratios.append(tk / tc)
             vals.append(r["poison_in_context_rate"])
-        if ok and vals and sum(vals) / len(vals) < best_mean - 1e-12:
-            best, best_mean = c, sum(vals) / len(vals)
-    return best, best_mean
+        if not vals:
+            continue
+        keeps = not ratios or sum(ratios) / len(ratios) >= TRUTH_RATIO
+        scored.append((not (within and keeps), sum(vals) / len(vals), order, c))
+    if not scored:
+        return configs[0], float("inf")
+    failed, mean, _, best = min(scored)
+    return (best + " (no configuration met the budget and truth-kept rules)" if failed else best), mean
 
 
 def _mean_pic(by: dict[tuple[str, str, str], dict[str, Any]], cells: list[tuple[str, str]], cfg: str) -> str:
@@ -191,8 +199,38 @@ def held_out_tables(rows: list[dict[str, Any]], configs: list[str]) -> str:
             others = [c for c in cells if c[key] != held]
             mine = [c for c in cells if c[key] == held]
             chosen, _ = choose(rows, configs, others)
-            out.append(f"| {kind} {held} | {chosen} | {_mean_pic(by, mine, chosen)} | "
+            name = chosen.split(" (", 1)[0]
+            out.append(f"| {kind} {held} | {chosen} | {_mean_pic(by, mine, name)} | "
                        f"{_mean_pic(by, mine, configs[0])} |")
+    return "\n".join(out)
+
+
+def no_regret(rows: list[dict[str, Any]], components: list[str], fusion: str = "fusion[default]",
+              budget: float = 0.05) -> str:
+    """Fusion beside its best component per dataset × family: the component with the lowest
+    poison-in-context among those within the clean budget on held-out clean queries, and whether
+    fusion is at least as good within the Wilson interval, on poison-in-context and on truth-kept."""
+    by = {(r["dataset"], r["attack"], r["defense"]): r for r in rows}
+    cells = sorted({(r["dataset"], r["attack"]) for r in rows if r["attack"] != CLEAN})
+    out = ["| dataset | family | fusion PIC [CI] / truth-kept | best component within budget: PIC / truth-kept | "
+           "fusion ≥ best? |", "|---|---|---|---|---|"]
+    for ds, fam in cells:
+        f = by.get((ds, fam, fusion))
+        if f is None:
+            continue
+        comps = [by[(ds, fam, c)] for c in components if c != "none" and (ds, fam, c) in by
+                 and by[(ds, fam, c)].get("poison_in_context_rate") is not None
+                 and (by[(ds, fam, c)].get("clean_removal_on_clean") or 0.0) <= budget + 1e-9]
+        if not comps:
+            continue
+        best = min(comps, key=lambda r: (r["poison_in_context_rate"], -(r.get("truth_kept") or 0.0)))
+        ci = f.get("poison_in_context_ci95") or [0.0, 1.0]
+        ok_pic = ci[0] <= best["poison_in_context_rate"] + 1e-12
+        ok_truth = (f.get("truth_kept") or 0.0) >= (best.get("truth_kept") or 0.0) - 0.05
+        verdict = "yes" if ok_pic and ok_truth else ("no (poisons)" if not ok_pic else "no (truth)")
+        out.append(f"| {ds} | {fam} | {_pct(f['poison_in_context_rate'])} [{ci[0]:.2f}, {ci[1]:.2f}] / "
+                   f"{_pct(f.get('truth_kept'))} | {best['defense']}: {_pct(best['poison_in_context_rate'])} / "
+                   f"{_pct(best.get('truth_kept'))} | {verdict} |")
     return "\n".join(out)
 
 
@@ -205,6 +243,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/sieve-suite"), help="where the datasets are built")
     ap.add_argument("--shared", type=Path, default=SHARED, help="the development data (../shared/data)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--reuse", action="store_true", help="use the datasets already built under --work")
     args = ap.parse_args()
     names = [x for x in args.datasets.split(",") if x]
     configs = [x for x in args.fusion_configs.split(",") if x]
@@ -212,26 +251,33 @@ def main() -> None:
     if bad:
         sys.exit(f"error: unknown fusion configuration(s) {', '.join(bad)}; known: {', '.join(FUSION_CONFIGS)}")
     cfg = load_config(None)
+    cfg.llm.enabled = False   # no LLM: TRIS L3 and TrustRAG's consolidation are skipped, as with `sieve eval --no-llm`
     from sieve.cli.common import make_resources
 
     res = make_resources(cfg, load_dataset(DEMO_DATA))
     shared = args.shared if (args.shared / "poisonedrag" / "msmarco.json").exists() else None
     if shared is None and any(n.startswith("msmarco") for n in names):
         print(f"note: {args.shared} not found; the msmarco datasets are skipped", flush=True)
-    built = build_suite(args.work, res, demo=DEMO_DATA, shared_data=shared, datasets=names, progress=True)
+    built = build_suite(args.work, res, demo=DEMO_DATA, shared_data=shared, datasets=names, progress=True,
+                        reuse=args.reuse)
     rows: list[dict[str, Any]] = []
     for name in names:
         if name in built:
             rows += run_dataset(name, built[name], cfg, [s for s in args.defenses.split(",") if s], configs, args.limit)
+    components = [s for s in args.defenses.split(",") if s]
     table, held = format_suite(rows), held_out_tables(rows, configs)
+    regret = no_regret(rows, components, f"fusion[{configs[0]}]") if configs else ""
     print(table)
     print()
     print(held)
+    print()
+    print(regret)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         cmd = "sieve bench suite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         (args.out / "suite.json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=1, default=str))
-        (args.out / "suite.md").write_text(f"Regenerate: `{cmd}`\n\n{table}\n\n{held}\n", encoding="utf-8")
+        (args.out / "suite.md").write_text(f"Regenerate: `{cmd}`\n\n{table}\n\n{held}\n\n{regret}\n",
+                                           encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,13 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except sqlite3.OperationalError as e:   # a cache database on a full or read-only disk
             if "locked" in str(e) or "busy" in str(e):
                 raise
-            typer.secho(f"error: SQLite cache: {' '.join(str(e).split())}", fg=typer.colors.RED, err=True)
+            try:
+                from sieve.config import default_cache_dir
+
+                where = f" under {default_cache_dir()}"
+            except Exception:  # noqa: BLE001 - the message without the folder
+                where = ""
+            typer.secho(f"error: cache database{where}: {' '.join(str(e).split())}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)

@@ -24,6 +24,7 @@ from sieve.cli.common import (
     default_ledger,
     load_config,
     open_experiment,
+    open_store_source,
     plain,
 )
 
@@ -34,8 +35,11 @@ if TYPE_CHECKING:
 @app.command("audit")
 @user_errors
 def audit_command(
-    dataset_dir: Optional[Path] = typer.Argument(None, help=DATASET_HELP + " Omit it with --corpus.",
-                                                 show_default=False),
+    source: Optional[str] = typer.Argument(None, help=DATASET_HELP + " Or a vector store: "
+                                           "chroma:///dir?collection=NAME, qdrant:///dir?collection=NAME, "
+                                           "lancedb:///dir?table=NAME (add &model=MODEL when its vectors come "
+                                           "from a Sieve model; README \"Audit a vector store\"). Omit it with "
+                                           "--corpus.", show_default=False, metavar="SOURCE"),
     corpus: Optional[Path] = typer.Option(None, "--corpus",
                                           help="Audit a large corpus instead of a dataset: a .jsonl or .parquet "
                                                "file with id and text (streamed in chunks and embedded into "
@@ -70,6 +74,19 @@ def audit_command(
     no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record flags in the ledger."),
     force: bool = typer.Option(False, "--force", help="Replace rsg_audit.json / rsg_audit.csv in --out even when "
                                                       "they were not written by sieve audit."),
+    since: Optional[str] = typer.Option(None, "--since",
+                                        help="Store sources: audit only the documents added since this earlier "
+                                             "audit's snapshot id (printed as 'snapshot id', recorded in the "
+                                             "ledger), against the whole current store; alerts are raised for the "
+                                             "new documents only."),
+    store_model: Optional[str] = typer.Option(None, "--store-model",
+                                              help="Store sources: the embedding model that wrote the stored "
+                                                   "vectors (as the source's &model=). When it is the retriever, "
+                                                   "a sample of 256 passages is re-embedded and the stored vectors "
+                                                   "are used if they agree (cosine and recall@10 agreement "
+                                                   ">= 0.99); otherwise the store is re-embedded."),
+    reembed: bool = typer.Option(False, "--reembed", help="Store sources: ignore the stored vectors and embed "
+                                                          "every passage with the retriever."),
     retriever: Optional[str] = typer.Option(None, "--retriever", "-r", help=RETRIEVER_HELP),
     config_file: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -79,8 +96,16 @@ def audit_command(
     """
     from sieve.experiment import AUDIT_MODES, run_audit
     from sieve.experiment.audit import AUDIT_ENGINES
+    from sieve.stores.uri import is_store_uri
 
-    if (dataset_dir is None) == (corpus is None):
+    is_store = is_store_uri(source)
+    if not is_store and (since or store_model or reembed):
+        raise UserError("--since, --store-model and --reembed need a store source (chroma:, qdrant:, lancedb:)")
+    if is_store and (with_attack or engine != "local" or workdir is not None):
+        raise UserError("a store source is audited as it is: --with-attack, --engine ray and --workdir do not "
+                        "apply to it")
+    dataset_dir = None if source is None or is_store else Path(source)
+    if (source is None) == (corpus is None):
         raise UserError("give a dataset directory or --corpus FILE|SHARD_DIR (one of the two)")
     if corpus is not None and with_attack:
         raise UserError("--with-attack needs a dataset directory (a --corpus has no attack families)")
@@ -98,6 +123,11 @@ def audit_command(
         if importlib.util.find_spec("ray") is None:
             raise UserError("--engine ray needs the optional extra: pip install 'sieve[ray]'")
     cfg = load_config(config_file, retriever)
+    if is_store:
+        assert source is not None
+        _store_audit(source, since, store_model, reembed, out, mode, ledger_path, no_ledger, cfg, force,
+                     retriever is not None)
+        return
     if corpus is not None:
         _corpus_audit(corpus, workdir, shard_rows, out, mode, engine, ray_address, ledger_path, no_ledger, cfg,
                       force)
@@ -170,6 +200,65 @@ def _corpus_audit(corpus: Path, workdir: Optional[Path], shard_rows: int, out: O
     typer.echo(f"snapshot   {plain(name)} (corpus): {report.summary['documents']} documents"
                + (f" in {ing['shards']} shard{'s' if ing['shards'] != 1 else ''}" if ing else ""))
     _print_report(report, mode, engine, json_path, csv_path, ledger_path, no_ledger, cfg, name)
+
+
+def _store_audit(source: str, since: Optional[str], store_model: Optional[str], reembed: bool, out: Optional[Path],
+                 mode: str, ledger_path: Optional[Path], no_ledger: bool, cfg: "SieveConfig", force: bool,
+                 retriever_given: bool) -> None:
+    """``sieve audit chroma:///dir?collection=NAME`` (and qdrant:, lancedb:): read the store (read only),
+    the stored vectors or Sieve's re-embedding, RSG (whole store, or ``--since`` a snapshot), flags to
+    the ledger (sieve/experiment/stores.py)."""
+    from sieve.experiment.stores import SinceError, audit_store
+    from sieve.stores.uri import StoreError, parse_store_uri
+
+    try:
+        parse_store_uri(source)                   # a malformed source fails before anything is opened
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    if since is not None and no_ledger:
+        raise UserError("--since reads the snapshots recorded in the ledger: drop --no-ledger")
+    _check_ledger(cfg, ledger_path, no_ledger)
+    from contextlib import nullcontext
+
+    from sieve.ledger import Ledger
+
+    exp, src = open_store_source(source, cfg, store_model=store_model, reembed=reembed,
+                                 retriever_given=retriever_given)
+    uri = src.uri
+    dec = src.decision
+    typer.echo(f"store      {plain(uri.canonical())}: {len(src.corpus)} documents read in {src.seconds['read']:.2f} s")
+    nums = dec.numbers
+    if "min_cosine" in nums:
+        typer.echo(f"agreement  {nums['sample']} passages re-embedded: min cosine {nums['min_cosine']:.4f}, "
+                   f"mean {nums['mean_cosine']:.4f}, recall@10 agreement {nums['recall_at_10_agreement']:.4f} "
+                   f"(need >= {nums['required_cosine']} and >= {nums['required_agreement']})")
+    typer.echo(f"vectors    {plain(dec.reason)}")
+    led_ctx: Any = nullcontext(None) if no_ledger else Ledger(default_ledger(cfg, ledger_path))
+    with led_ctx as led:
+        try:
+            report = audit_store(exp, src, since=since, mode=mode, ledger=led, cache_dir=cfg.cache_dir,
+                                 progress=True)
+        except SinceError as e:
+            raise UserError(str(e)) from None
+    protected = [uri.path] if uri.path is not None else []
+    out_dir = out or Path(cfg.cache_dir) / "audits" / f"{src.dataset.name}-store"
+    json_path, csv_path = report.write(out_dir, protected=protected, force=force)
+    inc = report.summary.get("incremental")
+    typer.echo(f"snapshot   {plain(src.dataset.name)}: {report.summary['documents']} documents, snapshot id "
+               f"{report.summary['snapshot_id']}"
+               + (f" ({inc['new']} new since {plain(inc['since'])}; {inc['searched']} kNN lists searched, "
+                  f"{inc['merged']} merged)" if inc else ""))
+    _print_report(report, mode if not inc else "exact", "local", json_path, csv_path, ledger_path, True, cfg,
+                  src.dataset.name)
+    if not no_ledger:
+        from sieve.experiment import record_flags
+
+        rows = report.summary.get("incremental_rows")
+        with Ledger(default_ledger(cfg, ledger_path)) as led:
+            n, added = record_flags(report, led, src.dataset.name, rows=rows, batch=report.summary["snapshot_id"])
+            scope = "new documents' " if rows is not None else ""
+            typer.echo(f"ledger     {added} new open alerts ({n - added} already recorded) from the {scope}"
+                       f"{n} flags, batch {report.summary['snapshot_id']}, in {led.path}")
 
 
 def _check_ledger(cfg: "SieveConfig", ledger_path: Optional[Path], no_ledger: bool) -> None:

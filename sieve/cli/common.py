@@ -8,7 +8,7 @@ OpenAI-compatible endpoint is configured, which stays real (endpoint chaos tests
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from sieve.cli._app import UserError
 from sieve.models.tiny import TESTING_RETRIEVER  # hidden retriever name: every role tiny (tests)
@@ -95,6 +95,52 @@ def open_experiment(ds: "Dataset", cfg: "SieveConfig", *, depth: int | None = No
     except ValueError as e:
         raise UserError(f"{ds.path}: {e}") from None
     return exp
+
+
+def open_store_source(source: str, cfg: "SieveConfig", *, store_model: Optional[str] = None, reembed: bool = False,
+                      retriever_given: bool = False, ledger_path: Optional[Path] = None, quarantine: str = "none",
+                      depth: int | None = None) -> tuple["Experiment", Any]:
+    """An experiment over a store source (``chroma:///dir?collection=NAME``, ``qdrant:``, ``lancedb:``;
+    sieve/stores/uri.py) and its :class:`~sieve.experiment.stores.StoreSource`. When the store names the
+    model of its vectors and no ``--retriever`` was given, that model becomes the retriever if Sieve has
+    it (so its stored vectors can pass the agreement gate). Store errors are one-line UserErrors."""
+    import time
+
+    from sieve.experiment.stores import open_store
+    from sieve.stores.readers import read_store
+    from sieve.stores.uri import StoreError, parse_store_uri
+
+    try:
+        uri = parse_store_uri(source)
+        t0 = time.perf_counter()
+        corpus = read_store(uri, progress=True)
+        corpus.info["read_seconds"] = round(time.perf_counter() - t0, 3)
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    named = store_model or corpus.model
+    if named and not retriever_given and not reembed:
+        from sieve.stores.vectors import same_model
+
+        if not same_model(named, cfg.models.retriever):
+            import copy
+
+            trial = copy.deepcopy(cfg)
+            previous = trial.models.retriever
+            trial.models.retriever = named
+            if same_model(named, trial.models.judge):     # the judge must differ: it takes the old retriever
+                trial.models.judge = previous
+            try:
+                trial.validate()
+                cfg.models.retriever, cfg.models.judge = trial.models.retriever, trial.models.judge
+            except Exception:  # noqa: BLE001 - a model Sieve does not have: the gate says so, Sieve re-embeds
+                pass
+    try:
+        return open_store(uri, make_resources(cfg), store_model=store_model, reembed=reembed, progress=True,
+                          ledger_path=ledger_path, quarantine=quarantine, depth=depth, corpus=corpus)
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    except ValueError as e:                                   # the index's validation (duplicate ids, shapes)
+        raise UserError(f"{source}: {e}") from None
 
 
 def default_ledger(cfg: "SieveConfig", path: Optional[Path]) -> Path:

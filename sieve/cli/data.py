@@ -80,7 +80,9 @@ def index_command(
 @app.command("search")
 @user_errors
 def search_command(
-    dataset_dir: Path = typer.Argument(..., help=DATASET_HELP, show_default=False),
+    dataset_dir: str = typer.Argument(..., help=DATASET_HELP + " Or a vector store source: chroma:///dir?"
+                                      "collection=NAME, qdrant:///dir?collection=NAME, lancedb:///dir?table=NAME "
+                                      "(README \"Audit a vector store\").", show_default=False, metavar="SOURCE"),
     query: str = typer.Argument(..., help="The question to retrieve documents for (quote it).", show_default=False),
     k: int = typer.Option(20, "-k", "--top-k", min=1, help="Number of documents to show."),
     attack: Optional[str] = typer.Option(None, "--attack", "-a",
@@ -109,11 +111,23 @@ def search_command(
     from sieve.cli.common import default_ledger
 
     cfg = load_config(config_file, retriever)
-    ds = load_dataset(dataset_dir)
+    from sieve.stores.uri import is_store_uri
+
     condition = attack or "clean"
-    if attack and attack not in ds.attack_families():  # unknown family: fail before loading models
-        ds.attack_documents(attack)
-    exp = open_experiment(ds, cfg, ledger_path=default_ledger(cfg, ledger_path), quarantine=quarantine)
+    if is_store_uri(dataset_dir):                     # a vector store: its documents and (checked) stored vectors
+        from sieve.cli.common import open_store_source
+
+        if attack:
+            raise UserError("--attack needs a dataset directory (a store source has no attack families)")
+        exp, src = open_store_source(dataset_dir, cfg, retriever_given=retriever is not None,
+                                     ledger_path=default_ledger(cfg, ledger_path), quarantine=quarantine)
+        typer.echo(f"(store {plain(src.uri.label)}: {len(src.corpus)} documents; {plain(src.decision.reason)})",
+                   err=True)
+    else:
+        ds = load_dataset(Path(dataset_dir))
+        if attack and attack not in ds.attack_families():  # unknown family: fail before loading models
+            ds.attack_documents(attack)
+        exp = open_experiment(ds, cfg, ledger_path=default_ledger(cfg, ledger_path), quarantine=quarantine)
     rep = exp.base_index().build_report
     if rep is not None and rep.action != "reused":
         typer.echo(f"(index {rep.action}: {rep.reason})", err=True)

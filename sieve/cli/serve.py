@@ -46,6 +46,13 @@ def serve_command(
     retriever: Optional[str] = typer.Option(None, "--retriever", "-r", help=RETRIEVER_HELP),
     config_file: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (warning: no per-request log)."),
+    workers: int = typer.Option(2, "--workers", help="/v1/filter and /v1/audit requests running at once."),
+    queue: int = typer.Option(16, "--queue", help="Requests waiting for a worker; beyond, 503 with Retry-After at once."),
+    deadline: float = typer.Option(10.0, "--deadline", help="Longest wait in the queue in seconds (then 503 + Retry-After)."),
+    max_prepared: int = typer.Option(16, "--max-prepared", help="Prepared (defense, params) kept besides --preload "
+                                                                "(least recently used dropped)."),
+    shutdown_timeout: float = typer.Option(5.0, "--shutdown-timeout", help="Seconds running requests get to finish "
+                                                                           "on SIGTERM / Ctrl-C."),
 ) -> None:
     """Serve Sieve over HTTP: POST /v1/filter, POST /v1/audit, /v1/alerts, GET /healthz, GET /metrics.
 
@@ -56,7 +63,8 @@ def serve_command(
     if quarantine not in EXCLUSION_POLICIES:
         raise UserError(f"--quarantine must be one of {', '.join(EXCLUSION_POLICIES)}; got {quarantine!r}")
     for name, v in (("--max-documents", max_documents), ("--max-text-chars", max_text_chars),
-                    ("--max-body-bytes", max_body_bytes), ("--port", port)):
+                    ("--max-body-bytes", max_body_bytes), ("--port", port), ("--workers", workers),
+                    ("--max-prepared", max_prepared)):
         if v < 1:
             raise UserError(f"{name} must be >= 1, got {v}")
     if not dataset_dir.exists():
@@ -66,7 +74,10 @@ def serve_command(
     argv = [sys.executable, "-m", "sieve.service", str(dataset_dir), "--host", host, "--port", str(port),
             "--preload", preload, "--quarantine", quarantine, "--max-documents", str(max_documents),
             "--max-text-chars", str(max_text_chars), "--max-body-bytes", str(max_body_bytes),
-            "--token-env", token_env, "--log-level", log_level]
+            "--token-env", token_env, "--log-level", log_level, "--workers", str(workers), "--queue", str(queue),
+            "--deadline", str(deadline), "--max-prepared", str(max_prepared), "--shutdown-timeout", str(shutdown_timeout)]
+    if queue < 0 or deadline <= 0 or shutdown_timeout < 0:
+        raise UserError("--queue must be >= 0, --deadline > 0 and --shutdown-timeout >= 0")
     for flag, value in (("--ledger", ledger_path), ("--clean-limit", clean_limit), ("--retriever", retriever),
                         ("--config", config_file)):
         if value is not None:

@@ -198,12 +198,12 @@ def roc_figure(curves: dict[str, dict[str, Any]], points: dict[str, tuple[float,
         color = PALETTE[j % len(PALETTE)]
         n_pos, n_neg = len(c.get("pos", [])), len(c.get("neg", []))
         label = f"{_esc(name)}: AUROC {au:.3f} (n = {n_pos} poisons, {n_neg} clean)" if au is not None else _esc(name)
-        fig.add_scatter(x=c["fpr"], y=c["tpr"], mode="lines", name=label, legendgroup=name, line=dict(color=color),
+        fig.add_scatter(x=c["fpr"], y=c["tpr"], mode="lines", name=label, legendgroup=_esc(name), line=dict(color=color),
                         hovertemplate="FPR %{x:.3f} · TPR %{y:.3f}<extra>" + hover_text(name, 40) + "</extra>")
         if points and name in points:
             fx, ty = points[name]
             fig.add_scatter(x=[fx], y=[ty], mode="markers", marker=dict(size=12, symbol="diamond", color=color),
-                            name=f"{_esc(name)} operating point", legendgroup=name, showlegend=False,
+                            name=f"{_esc(name)} operating point", legendgroup=_esc(name), showlegend=False,
                             hovertemplate="operating point: FPR %{x:.3f} · TPR %{y:.3f}<extra></extra>")
     fig.update_xaxes(title="false-positive rate (clean removed)", range=[0, 1])
     fig.update_yaxes(title="true-positive rate (poison removed)", range=[0, 1.02])
@@ -211,7 +211,7 @@ def roc_figure(curves: dict[str, dict[str, Any]], points: dict[str, tuple[float,
     return fig
 
 
-def asr_utility(df: "pd.DataFrame", use_asr: bool) -> go.Figure:
+def asr_utility(df: "pd.DataFrame", use_asr: bool, note: str | None = None) -> go.Figure:
     """One point per defense: attack success (ASR, or poison-in-context without answers) averaged over
     the attack families, against utility (clean accuracy, or 1 − clean removal rate without answers).
     The same numbers as the table: a 0.0 is plotted at 0, only a missing value is left out. Error
@@ -245,7 +245,10 @@ def asr_utility(df: "pd.DataFrame", use_asr: bool) -> go.Figure:
     fig.update_xaxes(title="clean accuracy" if use_asr else "utility: 1 − clean removal rate", range=[-0.02, 1.05])
     fig.update_yaxes(title="ASR (mean over attacks)" if use_asr else "poison-in-context rate (mean over attacks)",
                      range=[-0.02, 1.05])
-    fig.update_layout(showlegend=True, legend=dict(title="defense"))
+    fig.update_layout(showlegend=True, legend=dict(title=dict(text="defense", side="top"), tracegroupgap=2))
+    if note:   # why the axes are not the answer metrics (e.g. a k_ctx the answers were not generated for)
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0.0, y=1.0, xanchor="left", yanchor="bottom",
+                           showarrow=False, font=dict(size=11, color="#7a4b00"), align="left")
     return fig
 
 

@@ -36,6 +36,37 @@ class RunData:
         return any(r.get("answer") is not None for r in self.records)
 
 
+def run_roots() -> list[Path]:
+    """Folders the Trade-offs page may open run directories from: the dataset roots of the
+    dashboard (``SIEVE_DASHBOARD_ROOTS``, else ``demo_data`` and the user data folder) and the
+    operator's ``SIEVE_DASHBOARD_RUN``."""
+    from sieve.dashboard.session import dataset_roots
+
+    roots = list(dataset_roots())
+    if os.environ.get("SIEVE_DASHBOARD_RUN"):
+        roots.append(Path(os.path.realpath(Path(os.environ["SIEVE_DASHBOARD_RUN"]).expanduser())))
+    return roots
+
+
+def allowed_run_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The real path of ``path`` when it is an existing directory under :func:`run_roots`, else None
+    (symlinks and ``..`` resolved first). A missing path and a path outside the roots are alike: the
+    page never says whether a server path exists."""
+    try:
+        real = Path(os.path.realpath(Path(str(path)).expanduser()))
+    except (OSError, ValueError):
+        return None
+    if not str(path).strip() or not any(real == r or real.is_relative_to(r) for r in run_roots()):
+        return None
+    return real if real.is_dir() else None
+
+
+def run_dir_refusal(path: str | os.PathLike[str]) -> str:
+    """The one message for a run directory the page may not (or cannot) open."""
+    return ("no run directory the dashboard may open there; give a directory written by `sieve eval --out` "
+            "inside an allowed folder: " + ", ".join(str(r) for r in run_roots()))
+
+
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     """A run directory written by ``sieve eval``, or a compact shipped run (``records.compact.jsonl.gz``
     made by :func:`compact_run`, no records.jsonl): :func:`sieve.evaluation.report.load_run`, which
@@ -213,7 +244,7 @@ def answers_status(rows: "pd.DataFrame", k_ctx: int, recorded_k_ctx: int, has_an
         return (f"Answers were generated at k_ctx = {recorded_k_ctx}. At k_ctx = {k_ctx} every context changed, so "
                 f"{stale} of {total} answers no longer belong to their context: ASR and clean accuracy are n/a "
                 "(poison-in-context, removal rates and AUROC are recomputed exactly). Rerun "
-                f"`sieve eval … --generate --k-ctx {k_ctx}` for answer metrics at this size.")
+                f"sieve eval DATASET --generate --k-ctx {k_ctx} for answer metrics at this size.")
     if stale:
         return (f"{stale} of {total} answers belong to contexts that the new thresholds changed and are left out: "
                 "ASR and clean accuracy are computed over the 'answered' queries only (see the table).")

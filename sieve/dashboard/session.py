@@ -42,11 +42,23 @@ DEMO_RUN = DEMO_DIR / "runs" / "demo"
 EXPLORER_DEPTH = DEPTH         # retrieval depth of the explorer (TRIS k=50; RSQ reads the top-20)
 
 
-DEFAULT_DEFENSES = ("tris", "rsq", "rsg_rsq")
+#: What the explorer and the attack lab start with: Sieve's recommended detector (``fusion``, README
+#: "What the demo evaluation shows") first, then the papers' methods (TRIS, RAGSieve's RSQ and RSG→RSQ).
+DEFAULT_DEFENSES = ("fusion", "tris", "rsq", "rsg_rsq")
 
 
-LIVE_DEFENSES = ("none", "tris", "tris_l1", "tris_l2", "rsq", "rsg", "rsg_rsq", "perplexity", "trustrag",
+LIVE_DEFENSES = ("none", "fusion", "tris", "tris_l1", "tris_l2", "rsq", "rsg", "rsg_rsq", "perplexity", "trustrag",
                  "robustrag", "tris_full", "tris_l3")
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A path as the pages show it: relative to the project when inside it (never the server's
+    absolute layout), else its last two parts."""
+    p = Path(os.path.realpath(str(path)))
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return str(Path(*p.parts[-2:])) if len(p.parts) >= 2 else p.name
 
 
 def tiny_mode() -> bool:
@@ -260,6 +272,44 @@ def run_calibration(run_dir: str | os.PathLike[str] | None = None) -> dict[str, 
         return dict(read_run_config(p).get("calibrated") or {})
     except (RunError, OSError):
         return {}
+
+
+#: Thresholds calibrated on the demo's clean questions for the defaults whose calibration the shipped
+#: runs do not hold (TRIS's L3 verifier: minutes of local-LLM calls otherwise), written by
+#: ``scripts/build_dashboard_calibration.py`` and used only for the same corpus.
+SHIPPED_CALIBRATION = DEMO_DIR / "runs" / "dashboard-calibration.json"
+
+
+def shipped_calibration(dataset_hash: str, path: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The calibrated thresholds shipped with the demo (``{}`` when missing, damaged or for another corpus)."""
+    import json
+
+    try:
+        doc = json.loads(Path(path or SHIPPED_CALIBRATION).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("corpus_sha256") != dataset_hash:
+        return {}
+    return {k: dict(v) for k, v in (doc.get("calibrated") or {}).items() if isinstance(v, dict)}
+
+
+def is_demo_dataset(ds: "Dataset") -> bool:
+    """True for the bundled demo dataset directory (the shipped runs were made on it)."""
+    try:
+        return Path(os.path.realpath(str(ds.path))) == Path(os.path.realpath(DEMO_DIR))
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def merged_calibration(*sources: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per defense, each threshold from the first source that sets it (``None`` = not calibrated there)."""
+    out: dict[str, dict[str, Any]] = {}
+    for src in sources:
+        for name, vals in src.items():
+            for k, v in vals.items():
+                if v is not None and out.get(name, {}).get(k) is None:
+                    out.setdefault(name, {})[k] = v
+    return out
 
 
 def timed(fn: Callable[..., Any], *args: Any, **kw: Any) -> tuple[Any, float]:

@@ -184,10 +184,16 @@ def _defense(key: str, spec: str, params_json: str, condition: str, calib_json: 
 
 
 def calibration() -> dict[str, dict[str, Any]]:
-    """Thresholds learned on the clean condition of the shipped run (used when the user sets none)."""
+    """Thresholds learned on the clean condition of the shipped runs (the answers run, then the
+    detection run, then the demo's shipped calibration), used when the user sets none."""
     if S.tiny_mode():
         return {}
-    return S.run_calibration(st.session_state.get("run_dir"))
+    own = S.run_calibration(st.session_state.get("run_dir"))
+    ds = dataset()
+    roc = R.default_roc_run()
+    if st.session_state.get("uploaded_dataset") is not None or roc is None or not S.is_demo_dataset(ds):
+        return own   # the demo's detection run and shipped calibration are for the demo corpus only
+    return S.merged_calibration(own, S.run_calibration(roc), S.shipped_calibration(ds.content_hash()))
 
 
 def defense(spec: str, condition: str, params: dict[str, Any] | None = None) -> "Defense":
@@ -195,6 +201,32 @@ def defense(spec: str, condition: str, params: dict[str, Any] | None = None) -> 
     ds = dataset()
     return _defense(_ds_key(ds), spec, json.dumps(params or {}, sort_keys=True), condition,
                     json.dumps(calibration(), sort_keys=True), experiment())
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _lab_defense(key: str, spec: str, family: str, poisons_key: str, params_json: str, calib_json: str,
+                 _exp: "Experiment", _sandbox: "Snapshot") -> "Defense":
+    return S.prepare(_exp, spec, snapshot=_sandbox, params=json.loads(params_json),
+                     calibration=json.loads(calib_json))
+
+
+def lab_defense(spec: str, family: str, poisons: Any, sandbox: "Snapshot") -> "Defense":
+    """A defense prepared for the attack lab's sandbox, cached across reruns and sessions of the
+    process: a query-time defense does not depend on the sandbox (it is the explorer's prepared
+    ``spec`` on the clean condition), a corpus-time one (RSG, fusion) is fitted on the sandbox once per
+    set of poisons (ids and texts)."""
+    import hashlib
+
+    from sieve.dashboard.lab import LAB_PARAMS
+    from sieve.experiment import build_defense
+
+    calib = calibration()
+    params = dict(LAB_PARAMS.get(spec, {}))
+    if not build_defense(spec, params, calib).corpus_time:
+        return defense(spec, S.CLEAN, params)
+    pkey = hashlib.sha256("\n".join(f"{d.id}\t{d.text}" for d in poisons).encode("utf-8")).hexdigest()
+    return _lab_defense(_ds_key(dataset()), spec, family, pkey, json.dumps(params, sort_keys=True),
+                        json.dumps(calib, sort_keys=True), experiment(), sandbox)
 
 
 @st.cache_resource(show_spinner=False)
@@ -230,7 +262,8 @@ def _audit_with_progress(exp: "Experiment", condition: str) -> "AuditReport":
     import time
 
     bar = st.progress(0.0, text="RSG audit: loading the retriever index of the snapshot…")
-    last = {"frac": 0.0, "msg": "loading the retriever index of the snapshot", "at": time.perf_counter()}
+    last: dict[str, Any] = {"frac": 0.0, "msg": "loading the retriever index of the snapshot",
+                            "at": time.perf_counter()}
     out: dict[str, Any] = {}
 
     def step(frac: float, msg: str) -> None:   # worker thread: no Streamlit calls here
@@ -248,7 +281,7 @@ def _audit_with_progress(exp: "Experiment", condition: str) -> "AuditReport":
     try:
         while worker.is_alive():
             worker.join(0.5)
-            frac, since = last["frac"], time.perf_counter() - last["at"]
+            frac, since = float(last["frac"]), time.perf_counter() - float(last["at"])
             ceiling = 0.9 if frac < 0.9 else 1.0   # the next stage the audit reports
             shown = frac + (ceiling - frac) * (1.0 - 0.5 ** (since / 20.0)) * 0.95
             bar.progress(min(0.99, shown), text=f"RSG audit: {md_escape(last['msg'])} · "
@@ -289,6 +322,39 @@ def _run(path: str, mtime_key: str) -> R.RunData:
 
 def run(path: str) -> R.RunData:
     return _run(path, _mtime_key(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _tradeoff_rows(path: str, mtime_key: str, overrides_json: str, k_ctx: int) -> "Any":
+    return R.tradeoff_rows(_run(path, mtime_key), json.loads(overrides_json), k_ctx)
+
+
+def tradeoff_rows(path: str, overrides: dict[str, Any], k_ctx: int) -> Any:
+    """:func:`sieve.dashboard.runs.tradeoff_rows` of a run, cached per thresholds and k_ctx (the
+    recorded settings, shown as the comparison on every rerun, are computed once)."""
+    return _tradeoff_rows(path, _mtime_key(path), json.dumps(overrides, sort_keys=True, default=str), int(k_ctx))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _roc_curves(path: str, mtime_key: str, attack: str) -> dict[str, Any]:
+    r = _run(path, mtime_key)
+    return {name: rd for name in r.defenses if (rd := R.roc_data(r, name, attack)) is not None}
+
+
+def roc_curves(path: str, attack: str) -> dict[str, Any]:
+    """ROC data of every scoring defense of a run for one attack family (cached; the run is fixed)."""
+    return _roc_curves(path, _mtime_key(path), attack)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _run_knobs(path: str, mtime_key: str) -> list[dict[str, Any]]:
+    r = _run(path, mtime_key)
+    return [k for d in r.defenses for k in R.threshold_knobs(r, d)]
+
+
+def run_knobs(path: str) -> list[dict[str, Any]]:
+    """Every live-tunable threshold of a run (:func:`sieve.dashboard.runs.threshold_knobs`), cached."""
+    return _run_knobs(path, _mtime_key(path))
 
 
 def ledger() -> Any:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from sieve.constants import CLEAN
+from sieve.escape import html_text, plotly_label, plotly_labels, terminal_text
 from sieve.evaluation import metrics as M
 from sieve.evaluation.records import latest_records, read_records
 from sieve.evaluation.summary import roc_inputs
-from sieve.escape import html_text, plotly_label, plotly_labels, terminal_text
 
 PLOT_IDS = ("asr-utility-plane", "roc-curves", "per-attack-bars")
 

@@ -164,9 +164,10 @@ def generate_families(dataset_dir: str | Path, resources: "Resources", families:
 
 def build_suite(out: str | Path, resources: "Resources", *, demo: str | Path, shared_data: str | Path | None,
                 datasets: Sequence[str] = DATASETS, limit: int | None = None,
-                progress: bool = False) -> dict[str, Path]:
+                progress: bool = False, reuse: bool = False) -> dict[str, Path]:
     """Every dataset of the suite that can be built here → its directory under ``out``. Datasets that
-    need ``shared_data`` are left out when it is missing (the caller says so)."""
+    need ``shared_data`` are left out when it is missing (the caller says so). ``reuse``: a dataset
+    already built under ``out`` (its attacks.jsonl present) is taken as it is."""
     from sieve.corpus import load_dataset
 
     out = Path(out)
@@ -175,12 +176,15 @@ def build_suite(out: str | Path, resources: "Resources", *, demo: str | Path, sh
     if "demo" in datasets:
         built["demo"] = Path(demo)
     if "demo-faq" in datasets:
-        built["demo-faq"] = build_faq_variant(demo_ds, out / "demo-faq")
+        built["demo-faq"] = (out / "demo-faq" if reuse and (out / "demo-faq" / "corpus.jsonl").exists()
+                             else build_faq_variant(demo_ds, out / "demo-faq"))
     shared = Path(shared_data) if shared_data else None
     if shared is not None and (shared / "poisonedrag" / "msmarco.json").exists():
         targets = read_shared(shared, limit)
         for name, faq in (("msmarco-gold", False), ("msmarco-gold-faq", True)):
-            if name in datasets:
+            if name in datasets and reuse and (out / name / "attacks.jsonl").exists():
+                built[name] = out / name
+            elif name in datasets:
                 built[name] = build_msmarco_gold(targets, demo_ds, out / name, faq=faq)
                 generate_families(built[name], resources, progress=progress)
     return built

@@ -140,9 +140,12 @@ def index_version(index: Any) -> str:
     return f"{index.model_id}/{index.manifest.get('format', '')}"
 
 
-def record_flags(report: AuditReport, ledger: "Ledger", dataset_name: str) -> tuple[int, int]:
+def record_flags(report: AuditReport, ledger: "Ledger", dataset_name: str, *,
+                 rows: "Sequence[int] | None" = None, batch: str | None = None) -> tuple[int, int]:
     """Record every RSG flag of ``report`` as an open alert. Returns (flags, newly added); a flag
-    already recorded for the same document, snapshot and index is not added twice."""
+    already recorded for the same document, snapshot and index is not added twice. ``rows``: record
+    only the flags among these rows (an incremental audit's new documents); ``batch``: the snapshot
+    id the alerts came from (``evidence["batch"]``)."""
     from sieve.ledger import Flag
 
     a = report.audit
@@ -151,10 +154,13 @@ def record_flags(report: AuditReport, ledger: "Ledger", dataset_name: str) -> tu
     cond = report.snapshot.condition
     from sieve.experiment.explain import explain_audit
 
-    explained = {i: explain_audit(a, i) for i in report.flagged}   # plain reason + priority + hints
+    only = None if rows is None else {int(r) for r in rows}
+    flagged = [i for i in report.flagged if only is None or i in only]
+    tag = {} if batch is None else {"batch": batch}
+    explained = {i: explain_audit(a, i) for i in flagged}   # plain reason + priority + hints
     flags = [Flag(a.ids[i], docs[i].hash, float(a.score[i]), a.params.decision_threshold,
-                  {**a.row(i).to_dict(), "explanation": explained[i].to_dict()},
-                  f"RSG {report.branches.get(i, '')} flag ({cond}): {explained[i].reason}") for i in report.flagged]
+                  {**a.row(i).to_dict(), "explanation": explained[i].to_dict(), **tag},
+                  f"RSG {report.branches.get(i, '')} flag ({cond}): {explained[i].reason}") for i in flagged]
     before = len(ledger.alerts(detector="rsg", corpus_hash=snapshot_hash))
     if flags:
         ledger.add_flags(flags, detector="rsg", corpus_id=f"{dataset_name}:{cond}", corpus_hash=snapshot_hash,

@@ -76,11 +76,13 @@ class Experiment:
         a user's triage state); search and the explorer honour the ledger.
     persist : keep the retriever index in the workspace (default: yes unless the models were
         injected in-process, e.g. tiny test models).
+    base : the clean corpus's index when the caller already has it (a vector store's stored
+        vectors, sieve/experiment/stores.py); nothing is embedded for the base corpus then.
     """
 
     def __init__(self, dataset: "Dataset", resources: "Resources", *, depth: int = DEPTH,
                  ledger_path: str | Path | None = None, quarantine: str = NO_QUARANTINE,
-                 persist: bool | None = None, progress: bool = False) -> None:
+                 persist: bool | None = None, progress: bool = False, base: "VectorIndex | None" = None) -> None:
         from sieve.ledger import EXCLUSION_POLICIES
 
         if quarantine not in EXCLUSION_POLICIES:
@@ -95,7 +97,7 @@ class Experiment:
         self.quarantine = quarantine
         self.persist = (not getattr(resources, "_models_injected", False)) if persist is None else bool(persist)
         self.progress = progress
-        self._base: "VectorIndex | None" = None
+        self._base: "VectorIndex | None" = base
         self._snapshots: dict[Any, Snapshot] = {}
         self._clean: dict[tuple[Any, ...], Ranking] = {}   # clean rankings, shared by calibration and evaluation
         #: Degradations the caller must show (e.g. a corrupt ledger: retrieval runs without exclusions).

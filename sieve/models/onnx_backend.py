@@ -300,7 +300,7 @@ class OnnxSentenceEmbedder:
                 arr[r, :len(ids[i])] = ids[i]
                 mask[r, :len(ids[i])] = 1
             out[batch] = self.session.run(None, {"input_ids": arr, "attention_mask": mask})[0]
-        return _normalise(out)
+        return _normalise(out, str(getattr(self, 'model_id', '')))
 
     def __repr__(self) -> str:
         return f"OnnxSentenceEmbedder({self.model_id!r}, dim={self.dim})"
@@ -435,7 +435,7 @@ class Bf16SentenceEmbedder:
         with torch.inference_mode():
             out = self.st.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_tensor=True,
                                  normalize_embeddings=False)
-        return _normalise(out.float().cpu().numpy())
+        return _normalise(out.float().cpu().numpy(), str(getattr(self, 'model_id', '')))
 
     def __repr__(self) -> str:
         return f"Bf16SentenceEmbedder({getattr(self, 'model_id', '?')!r}, dim={self.dim})"

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from sieve.runtime import configure_process_environment
 
@@ -26,6 +27,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-text-chars", type=int, default=20_000)
     ap.add_argument("--max-body-bytes", type=int, default=2_000_000)
     ap.add_argument("--clean-limit", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=2, help="work requests running at once")
+    ap.add_argument("--queue", type=int, default=16, help="work requests waiting (beyond: 503 + Retry-After)")
+    ap.add_argument("--deadline", type=float, default=10.0, help="longest wait in the queue, seconds")
+    ap.add_argument("--max-prepared", type=int, default=16, help="prepared defenses kept besides --preload (LRU)")
+    ap.add_argument("--shutdown-timeout", type=float, default=5.0, help="seconds to finish running requests")
     ap.add_argument("--token-env", default="SIEVE_API_TOKEN")
     ap.add_argument("--retriever", default=None)
     ap.add_argument("--config", default=None)
@@ -66,7 +72,8 @@ def build_state(a: argparse.Namespace):
     state = ServiceState.build(exp, ledger_path=ledger, quarantine=a.quarantine, token=token,
                                clean_limit=a.clean_limit,
                                limits=Limits(max_body_bytes=a.max_body_bytes, max_documents=a.max_documents,
-                                             max_text_chars=a.max_text_chars))
+                                             max_text_chars=a.max_text_chars, workers=a.workers, queue=a.queue,
+                                             deadline_s=a.deadline, max_prepared=a.max_prepared))
     specs = [s.strip() for s in a.preload.split(",") if s.strip()]
     print(f"loading models and preparing {', '.join(specs) or 'no defenses'} on {ds.name} "
           f"({len(ds.documents)} documents)…", file=sys.stderr, flush=True)
@@ -90,18 +97,40 @@ def main(argv: list[str] | None = None) -> int:
     from sieve.experiment import DefenseSpecError, ExperimentError
     from sieve.models.errors import ModelError
 
+    for name, v in (("--workers", a.workers), ("--max-prepared", a.max_prepared)):
+        if v < 1:
+            print(f"error: {name} must be >= 1, got {v}", file=sys.stderr)
+            return 2
+    if a.queue < 0 or a.deadline <= 0 or a.shutdown_timeout < 0:
+        print("error: --queue must be >= 0, --deadline > 0 and --shutdown-timeout >= 0", file=sys.stderr)
+        return 2
+
     try:
         state, token, ledger = build_state(a)
     except (ConfigError, DatasetError, ExperimentError, DefenseSpecError, ModelError, FileNotFoundError,
-            ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+            ValueError, OSError) as e:   # LedgerError is a ValueError: a non-ledger --ledger is refused here
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     if a.host not in ("127.0.0.1", "localhost", "::1") and not token:
         print(f"warning: listening on {a.host} without a bearer token (set {a.token_env})", file=sys.stderr)
     print(f"sieve serve: http://{a.host}:{a.port}  (ledger {ledger}; auth {'on' if token else 'off'})",
           file=sys.stderr, flush=True)
-    uvicorn.run(create_app(state), host=a.host, port=a.port, log_level=a.log_level)
-    return 0
+    from sieve.service.limits import ADMISSION
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            for adm in ADMISSION:   # queued requests are answered 503 at once; running ones finish
+                adm.close()
+            super().handle_exit(sig, frame)
+
+    server = _Server(uvicorn.Config(create_app(state), host=a.host, port=a.port, log_level=a.log_level,
+                                    timeout_graceful_shutdown=a.shutdown_timeout))
+    server.run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # a defense call still running in a worker thread past the shutdown timeout is not waited for
+    # (its client is gone; ledger writes are transactions): exit now
+    os._exit(0)
 
 
 if __name__ == "__main__":

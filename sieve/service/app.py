@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 import sieve.service.schemas as S
+from sieve.ledger import LedgerError, LedgerIOError
 from sieve.service.auth import bearer_guard
-from sieve.service.limits import BodySizeLimit, Limits, limit_error
+from sieve.service.auth import token_ok as _token_ok
+from sieve.service.limits import AdmissionControl, BodySizeLimit, Limits, LRUDefenses, check_params, limit_error
 from sieve.service.metrics import Metrics, MetricsMiddleware
 
 if TYPE_CHECKING:
@@ -35,6 +37,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": S.ErrorBody, "description": "Missing or wrong bearer token."},
     413: {"model": S.ErrorBody, "description": "Request body over the size limit."},
     422: {"model": S.ErrorBody, "description": "Invalid field, unknown defense/parameter or a limit (names the field)."},
+    503: {"model": S.ErrorBody, "description": "At capacity or shutting down (Retry-After), or the quarantine "
+                                               "ledger is unreadable (names it)."},
 }
 
 
@@ -56,16 +60,55 @@ class ServiceState:
               limits: Limits | None = None, token: Optional[str] = None, clean_limit: int | None = None
               ) -> "ServiceState":
         from sieve.experiment.filtering import DocumentFilter
+        from sieve.ledger import Ledger
 
+        limits = limits or Limits()
+        with Ledger(ledger_path):   # checked at start: a dataset file or a folder is refused (LedgerError)
+            pass
         f = DocumentFilter(experiment, ledger_path=ledger_path, quarantine=quarantine, clean_limit=clean_limit)
-        return cls(experiment, f, Path(ledger_path), limits or Limits(), token or None)
+        f._defenses = LRUDefenses(limits.max_prepared)   # bounded (the --preload defenses are pinned)
+        return cls(experiment, f, Path(ledger_path), limits, token or None)
 
     def warm(self, defenses: list[str]) -> None:
         """Load the models and prepare ``defenses`` now (build, fit, clean calibration), so that
         no request loads a model. A defense that cannot be prepared raises."""
+        from sieve.experiment.filtering import _spec_key
+
         self.experiment.base_index()
         for spec in defenses:
             self.filter.defense(spec)
+            if isinstance(self.filter._defenses, LRUDefenses):
+                self.filter._defenses.pinned.add(_spec_key(spec, None))
+
+    def missing_models(self, spec: str) -> list[str]:
+        """Model roles ``spec`` needs that are not loaded (a request never loads one: 409)."""
+        from sieve.registry import DEFENSES
+
+        res = self.experiment.resources
+        loaded = {"retriever": getattr(res, "_retriever", None) is not None,
+                  "judge": getattr(res, "_judge", None) is not None,
+                  "causal_lm": getattr(res, "_lm", None) is not None,
+                  "token_encoder": getattr(res, "_token_encoder", None) is not None,
+                  "llm": _llm_ready(res)}
+        out: list[str] = []
+        for part in spec.split("+"):
+            try:
+                needs = DEFENSES.entry(part.strip()).needs
+            except Exception:  # noqa: BLE001 - unknown names are reported elsewhere
+                continue
+            out += [n for n in needs if not loaded.get(n, True) and n not in out]
+        return out
+
+
+def _llm_ready(res: Any) -> bool:
+    """The LLM role needs no load: disabled, an endpoint client (no weights), or already loaded."""
+    from sieve.resources import _UNSET
+
+    llm = getattr(res, "_llm", _UNSET)
+    if llm is not _UNSET:
+        return True
+    cfg = getattr(res, "config", None)
+    return cfg is None or not cfg.llm.enabled or bool(cfg.llm.resolved_base_url())
 
 
 def _known_defense(spec: str) -> str | None:
@@ -103,13 +146,20 @@ def create_app(state: ServiceState) -> FastAPI:
         errs = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
         return JSONResponse({"detail": errs}, status_code=422)
 
+    @app.exception_handler(LedgerError)
+    async def _ledger_unavailable(request: Request, exc: LedgerError) -> JSONResponse:
+        # an unreadable, damaged or vanished ledger: fail loudly, never answer as if nothing were quarantined
+        return JSONResponse({"detail": [{"loc": ["ledger"], "msg": str(exc), "type": "ledger_unavailable"}]},
+                            status_code=503, headers={"Retry-After": "30"})
+
     @app.get("/healthz", response_model=S.Health, tags=["service"])
-    def healthz() -> dict[str, Any]:
-        """Liveness and what the service loaded (no token needed)."""
+    def healthz(authorization: Optional[str] = Header(None, include_in_schema=False)) -> dict[str, Any]:
+        """Liveness and what the service loaded (no token needed; the ledger path only with the token)."""
         exp = state.experiment
+        authorized = state.token is not None and _token_ok(state.token, authorization)
         return {"status": "ok", "dataset": exp.dataset.name, "documents": len(exp.dataset.documents),
                 "retriever": str(getattr(exp.resources.retriever, "model_id", "")),
-                "ledger": str(state.ledger_path), "quarantine": state.filter.quarantine}
+                "ledger": str(state.ledger_path) if authorized else "", "quarantine": state.filter.quarantine}
 
     @app.get("/v1/defenses", response_model=S.DefenseList, dependencies=guard, tags=["filter"])
     def defenses() -> dict[str, Any]:
@@ -134,9 +184,24 @@ def create_app(state: ServiceState) -> FastAPI:
 
             raise limit_error(["body", "defense"], f"unknown defense {bad!r}; available: {', '.join(DEFENSES.names())}",
                               kind="value_error")
+        check_params(req.defense, req.params)
+        from sieve.experiment.filtering import _spec_key
+
+        if state.filter._defenses.get(_spec_key(req.defense, req.params)) is None:
+            missing = state.missing_models(req.defense)
+            if missing:
+                raise HTTPException(409, detail=[{"loc": ["body", "defense"], "type": "not_preloaded",
+                                                  "msg": f"defense {req.defense!r} needs {', '.join(missing)}, which "
+                                                         "this server did not load at start (requests never load a "
+                                                         f"model); restart with --preload {req.defense}"}])
+        if state.filter.quarantine != "none" and not state.ledger_path.exists():
+            raise LedgerIOError(f"quarantine ledger {state.ledger_path} is missing (moved aside as corrupt, or "
+                                "deleted); refusing to filter as if nothing were quarantined", state.ledger_path)
         docs = [InputDocument(d.id, d.text, d.title, d.score) for d in req.documents]
         try:
             out = state.filter.filter(req.query, docs, req.defense, req.params, req.k_ctx)
+        except LedgerError:
+            raise
         except DefenseSpecError as e:
             raise HTTPException(422, detail=[{"loc": ["body", "params"], "msg": str(e), "type": "value_error"}]) from None
         except (ValueError, TypeError) as e:
@@ -162,7 +227,7 @@ def create_app(state: ServiceState) -> FastAPI:
                 raise limit_error(["body", "condition"], str(e), kind="value_error") from None
             added = 0
             if req.record:
-                with Ledger(state.ledger_path) as led:
+                with Ledger(state.ledger_path, must_exist=True) as led:
                     _, added = record_flags(report, led, exp.dataset.name)
         a = report.audit
         flags = [{"id": a.ids[i], "score": round(float(a.score[i]), 4), "branch": report.branches.get(i, "")}
@@ -179,7 +244,7 @@ def create_app(state: ServiceState) -> FastAPI:
         if state_ is not None and state_ not in STATES:
             raise limit_error(["query", "state"], f"state must be one of {', '.join(STATES)}; got {state_!r}",
                               kind="value_error")
-        with Ledger(state.ledger_path) as led:
+        with Ledger(state.ledger_path, must_exist=True) as led:
             rows = led.alerts(state=state_, detector=detector, sort="-created", limit=limit)
             return {"alerts": [_alert(a) for a in rows], "counts": led.counts()}
 
@@ -191,21 +256,25 @@ def create_app(state: ServiceState) -> FastAPI:
         from sieve.types import content_hash
 
         h = content_hash(req.text)
-        with Ledger(state.ledger_path) as led:
+        with Ledger(state.ledger_path, must_exist=True) as led:
             led.add_flags([Flag(req.doc_id, h, None, None, {"who": req.who}, req.reason or f"flagged by {req.who}")],
                           detector="manual")
             return _alert(led.get(alert_id_for(h, "manual", "", "")))
 
     def _transition(alert_id: str, new_state: str, t: S.Transition) -> dict[str, Any]:
-        from sieve.ledger import Ledger, LedgerError
+        from sieve.ledger import Ledger, LedgerCorruptError, LedgerError
 
-        with Ledger(state.ledger_path) as led:
+        with Ledger(state.ledger_path, must_exist=True) as led:
             try:
                 led.get(alert_id)
+            except (LedgerIOError, LedgerCorruptError):
+                raise
             except LedgerError as e:
                 raise HTTPException(404, detail=str(e)) from None
             try:
                 return _alert(led.transition(alert_id, new_state, t.who, t.why))
+            except (LedgerIOError, LedgerCorruptError):
+                raise
             except LedgerError as e:
                 status = 422 if "reason" in str(e) else 409
                 loc = ["body", "why"] if status == 422 else ["path", "alert_id"]
@@ -240,6 +309,8 @@ def create_app(state: ServiceState) -> FastAPI:
         sieve_documents_total and sieve_removals_total by defense."""
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
+    app.add_middleware(AdmissionControl, workers=state.limits.workers, queue=state.limits.queue,
+                       deadline_s=state.limits.deadline_s)   # inside the body limit: bodies are bounded
     app.add_middleware(BodySizeLimit, max_bytes=state.limits.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)  # outermost: 413s are counted too
     return app

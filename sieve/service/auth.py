@@ -16,9 +16,14 @@ def bearer_guard(token: Optional[str]) -> Callable[..., None]:
     def check(authorization: Optional[str] = Header(None, include_in_schema=False)) -> None:
         if not token:
             return
-        scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        if not token_ok(token, authorization):
             raise HTTPException(401, detail="missing or wrong bearer token (header 'Authorization: Bearer <token>')",
                                 headers={"WWW-Authenticate": "Bearer"})
 
     return check
+
+
+def token_ok(token: str, authorization: Optional[str]) -> bool:
+    """True when ``authorization`` is ``Bearer <token>`` (constant-time comparison)."""
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())

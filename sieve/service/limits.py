@@ -1,4 +1,6 @@
-"""Request limits of ``sieve serve``: body bytes (413), document count and text lengths (422).
+"""Request limits of ``sieve serve``: body bytes (413), document count and text lengths (422), the
+admission queue (503 + ``Retry-After``), defense parameter types (422) and the bounded cache of
+prepared defenses.
 
 Every answer names the offending field, in FastAPI's error shape
 ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``.
@@ -26,6 +28,13 @@ class Limits:
     max_documents: int = 200
     max_text_chars: int = 20_000
     max_query_chars: int = 2_000
+    #: requests of the work routes running at once / waiting (beyond: 503 + Retry-After at once)
+    workers: int = 2
+    queue: int = 16
+    #: longest wait in the queue, seconds (then 503 + Retry-After)
+    deadline_s: float = 10.0
+    #: prepared (defense, params) entries kept besides the --preload ones (least recently used dropped)
+    max_prepared: int = 16
 
     def check_filter(self, query: str, texts: list[str]) -> None:
         """Raise 422 naming the field when the request is over a limit."""
@@ -94,3 +103,249 @@ class BodySizeLimit:
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+# -- admission control: a bounded queue with a deadline per request ------------------------------------
+
+class AdmissionControl:
+    """ASGI middleware for the work routes (``/v1/filter``, ``/v1/audit``): at most ``workers``
+    requests run at once and at most ``queue`` wait; a request that finds the queue full, or would
+    wait longer than ``deadline_s`` behind it at the recent run time, is answered ``503`` with
+    ``Retry-After`` at once (shed, never left to time out at the client), a queued request waits at
+    most ``deadline_s`` (then ``503``), one whose client went away while queued is dropped
+    without running, and once the server is shutting down (:meth:`close`) every queued request is
+    answered ``503`` so that shutdown takes seconds, not the length of the queue."""
+
+    def __init__(self, app: Any, workers: int = 2, queue: int = 16, deadline_s: float = 10.0,
+                 paths: tuple[str, ...] = ("/v1/filter", "/v1/audit")) -> None:
+        import asyncio
+
+        self.app, self.paths = app, paths
+        self.workers, self.queue, self.deadline_s = max(1, int(workers)), max(0, int(queue)), float(deadline_s)
+        self._sem: asyncio.Semaphore | None = None
+        self.waiting = 0
+        self.running = 0
+        self.shed = 0
+        self.closing = False
+        #: moving average of the run time of a work request (s): a request that would wait longer than
+        #: the deadline behind the queue is shed at once instead of after the deadline
+        self.service_s: float | None = None
+        self._started: dict[int, float] = {}   # running requests: id → start time (loop clock)
+        ADMISSION.append(self)
+
+    def close(self) -> None:
+        self.closing = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        import asyncio
+
+        if scope["type"] != "http" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.workers)
+        if self.closing:
+            await _unavailable(send, "the server is shutting down", 1)
+            return
+        if self.running >= self.workers and self.waiting >= self.queue:
+            self.shed += 1
+            await _unavailable(send, f"the server is at capacity ({self.workers} running, {self.waiting} queued); "
+                                     "retry shortly", 1)
+            return
+        now = asyncio.get_running_loop().time()
+        per = max([self.service_s or 0.0, *(now - t for t in self._started.values())])   # a slow run counts now
+        if self.running >= self.workers and per > 0:
+            expected = (self.waiting // self.workers + 1) * per
+            if expected > self.deadline_s:
+                self.shed += 1
+                await _unavailable(send, f"the expected wait ({expected:.0f} s behind {self.waiting} queued requests) "
+                                         f"exceeds the {self.deadline_s:g} s deadline; retry later",
+                                   max(1, int(min(expected, 60))))
+                return
+        # read the body now (so a disconnect can be noticed while queued), replay it to the app
+        chunks: list[bytes] = []
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body", False):
+                break
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                m = await receive()
+                if m["type"] == "http.disconnect":
+                    gone.set()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        self.waiting += 1
+        acquire = asyncio.ensure_future(self._sem.acquire())
+        try:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + self.deadline_s
+            while not acquire.done():
+                if gone.is_set() or self.closing or loop.time() >= end:
+                    break
+                # wake on the permit, on the client leaving, or every 0.1 s (shutdown, deadline)
+                await asyncio.wait({acquire, watcher}, timeout=min(0.1, max(0.0, end - loop.time())),
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.waiting -= 1
+        if not acquire.done() or acquire.cancelled():
+            acquire.cancel()
+            watcher.cancel()
+            if gone.is_set():
+                return                       # abandoned while queued: never run
+            if self.closing:
+                await _unavailable(send, "the server is shutting down", 1)
+                return
+            self.shed += 1
+            await _unavailable(send, f"the request waited {self.deadline_s:g} s in the queue (deadline); "
+                                     "retry shortly", 1)
+            return
+        if gone.is_set() or self.closing:    # got a permit, but nobody waits for the answer any more
+            self._sem.release()
+            watcher.cancel()
+            if not gone.is_set():
+                await _unavailable(send, "the server is shutting down", 1)
+            return
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replayed() -> Message:
+            if replay:
+                return replay.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        self.running += 1
+        started = asyncio.get_running_loop().time()
+        self._started[id(replay)] = started
+        try:
+            await self.app(scope, replayed, send)
+        finally:
+            self._started.pop(id(replay), None)
+            took = asyncio.get_running_loop().time() - started
+            self.service_s = took if self.service_s is None else 0.7 * self.service_s + 0.3 * took
+            self.running -= 1
+            self._sem.release()
+            watcher.cancel()
+
+
+#: Admission controllers of this process (``sieve.service.__main__`` closes them on SIGTERM).
+ADMISSION: list[AdmissionControl] = []
+
+
+async def _unavailable(send: Send, msg: str, retry_after: int) -> None:
+    body = json.dumps({"detail": [{"loc": [], "msg": msg, "type": "unavailable"}]}).encode()
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"retry-after", str(retry_after).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+# -- defense parameters: checked against the declared types of each defense's __init__ -----------------
+
+def check_params(spec: str, params: dict[str, Any]) -> None:
+    """Raise 422 naming ``params.<name>`` when a value does not fit the declared type of the
+    parameter (``bool`` only from JSON booleans, ``int`` from integers, ``float`` from numbers, finite;
+    a ``str`` from strings) or its range (a numeric parameter whose default is not negative takes no
+    negative value). Unknown names are left to the defense (its error lists the valid names)."""
+    import math
+    import typing
+
+    from sieve.registry import DEFENSES
+
+    for part in spec.split("+"):
+        try:
+            entry = DEFENSES.entry(part.strip())
+        except Exception:  # noqa: BLE001 - unknown names are reported by the caller
+            continue
+        cls = entry.factory
+        init = getattr(cls, "__init__", None)
+        if init is None:
+            continue
+        try:
+            hints = typing.get_type_hints(init)
+        except Exception:  # noqa: BLE001 - unresolvable annotations: nothing to check
+            continue
+        import inspect
+
+        sig = inspect.signature(init)
+        for name, value in params.items():
+            if name not in hints or name not in sig.parameters:
+                continue
+            default = sig.parameters[name].default
+            err = _type_error(hints[name], value, default, math)
+            if err:
+                raise limit_error(["body", "params", name], f"params.{name}: {err}; got {json.dumps(value)}",
+                                  kind="type_error")
+
+
+def _type_error(hint: Any, value: Any, default: Any, math: Any) -> str | None:
+    import typing
+
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        errs = [_type_error(a, value, default, math) for a in options]
+        return None if any(e is None for e in errs) else errs[0]
+    if origin is typing.Literal:
+        return None if value in args else f"must be one of {', '.join(json.dumps(a) for a in args)}"
+    if hint is bool:
+        return None if isinstance(value, bool) else "must be a JSON boolean (true or false)"
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        return _range(value, default)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a number"
+        if not math.isfinite(float(value)):
+            return "must be finite"
+        return _range(value, default)
+    if hint is str:
+        return None if isinstance(value, str) else "must be a string"
+    return None
+
+
+def _range(value: float, default: Any) -> str | None:
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and default >= 0 and value < 0:
+        return "must be >= 0"
+    return None
+
+
+class LRUDefenses(dict[Any, Any]):
+    """The prepared-defense cache of the service, bounded: at most ``size`` prepared (spec, params)
+    entries besides the ``pinned`` ones (the ``--preload`` defenses); the least recently used is
+    dropped (prepared again on its next request)."""
+
+    def __init__(self, size: int, pinned: set[Any] | None = None) -> None:
+        super().__init__()
+        self.size = max(1, int(size))
+        self.pinned: set[Any] = set(pinned or ())
+        self._order: list[Any] = []
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            self._touch(key)
+        return super().get(key, default)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._touch(key)
+        free = [k for k in self._order if k not in self.pinned]
+        while len(free) > self.size:
+            old = free.pop(0)
+            self._order.remove(old)
+            super().pop(old, None)
+
+    def _touch(self, key: Any) -> None:
+        if key in self._order:
+            self._order.remove(key)
+        self._order.append(key)

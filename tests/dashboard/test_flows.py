@@ -280,3 +280,43 @@ def test_export_carries_what_the_list_shows(fresh_ledger):
     assert [r["reason"] for r in rows] == list(queue["reason"])
     assert all(r["batch"].startswith("rsg on ") and r["batch"].split(" · ")[0].endswith(":pr_b") for r in rows)
     assert at.success, "the audit's message is shown"
+
+
+# ---- issue 24 item 7: lab defaults, selections across class mode, verdict lines, cached preparation ----
+def test_attack_lab_selection_survives_class_mode_and_verdicts_per_defense(dash_env):
+    at = AppTest.from_file(page("5_attack-lab.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    at.button(key="lab_load").click().run()
+    no_error(at)
+    assert at.multiselect(key="lab_defs").value == ["fusion", "tris", "rsq", "rsg_rsq"], "fusion + the papers' methods"
+    at.multiselect(key="lab_defs").set_value(["tris_l2", "rsq"]).run()
+    at.toggle(key="lab_class").set_value(True).run()
+    no_error(at)
+    at.toggle(key="lab_class").set_value(False).run()
+    no_error(at)
+    at.button(key="lab_load").click().run()
+    assert at.multiselect(key="lab_defs").value == ["tris_l2", "rsq"], "the selection survives a class-mode round trip"
+    at.button(key="lab_answers").click().run()
+    no_error(at)
+    lines = [m.value for m in [*at.success, *at.warning] if m.value.startswith("**poisoned")]
+    assert len(lines) == 2, lines
+    assert any(w in " ".join(lines) for w in ("answer restored", "still poisoned", "answer lost", "attack failed"))
+    assert any("prepared in" in c.value for c in at.caption), "a timing per defense step"
+    at.multiselect(key="lab_defs").set_value(["tris_l2"]).run()
+    no_error(at)
+    names = [m.value for m in [*at.success, *at.warning] if m.value.startswith("**poisoned")]
+    assert len(names) == 1 and "tris" in names[0], "answers of deselected defenses are not shown"
+
+
+def test_lab_defense_verdicts():
+    from sieve.dashboard.lab import defense_verdicts
+
+    base = {"clean index": "Ethiopia", "poisoned, undefended": "Greenland"}
+    v = defense_verdicts({**base, "poisoned + a": "Ethiopia", "poisoned + b": "Greenland", "poisoned + c": "Peru"},
+                         ["Ethiopia"], "Greenland")
+    assert v["poisoned + a"][1].startswith("answer restored") and v["poisoned + b"][1].startswith("still poisoned")
+    assert v["poisoned + c"][1].startswith("answer lost")
+    v = defense_verdicts({"clean index": "Ethiopia", "poisoned, undefended": "Ethiopia", "poisoned + a": "Peru"},
+                         ["Ethiopia"], "Greenland")
+    assert v["poisoned + a"] == ("lost", "attack failed, but this defense lost the correct answer (answer lost)")
+    assert defense_verdicts({"poisoned, undefended": "x", "poisoned + a": "y"}, [], "x")["poisoned + a"][0] == "lost"

@@ -145,21 +145,65 @@ def test_explorer_generate_answers_side_by_side(dash_env):
     no_error(at)
     verdicts = [c.value for c in at.caption if c.value in ("correct", "neither correct nor the target")
                 or c.value.startswith("attack succeeded")]
-    # undefended, tris, rsq, rsg_rsq in that order: the tiny generator repeats the top context, which is
-    # the poison without a defense and a clean coffee passage once the defenses removed the poisons
-    assert verdicts == ["attack succeeded (asserts the target answer)", "correct", "correct", "correct"]
+    # undefended, fusion, tris, rsq, rsg_rsq in that order: the tiny generator repeats the top context, which
+    # is the poison without a defense and a clean coffee passage once the defenses removed the poisons
+    assert len(verdicts) == 5
+    assert verdicts[0] == "attack succeeded (asserts the target answer)"
+    assert verdicts[2:] == ["correct", "correct", "correct"]
+
+
+def test_explorer_and_lab_default_to_fusion_and_the_papers_methods(dash_env):
+    """Issue 24 item 2: Sieve's recommended detector first, then TRIS, RSQ and RSG→RSQ."""
+    at = run_page("2_explorer.py")
+    assert at.multiselect(key="x_defenses").value == ["fusion", "tris", "rsq", "rsg_rsq"]
+    from sieve.dashboard.session import DEFAULT_DEFENSES, LIVE_DEFENSES
+
+    assert DEFAULT_DEFENSES[0] == "fusion" and "fusion" in LIVE_DEFENSES
 
 
 def test_tradeoffs_threshold_moves_metric(dash_env):
     at = run_page("4_tradeoffs.py")
     at.selectbox(key="t_def").set_value("rsq").run()
-    before = {m.label: m.value for m in at.metric}
+    before = {m.label.split(" · ")[0]: m.value for m in at.metric}
     slider = at.slider(key="t_rsq:threshold")
     slider.set_value(slider.min).run()       # η_Q at the smallest recorded score: everything scored is removed
     no_error(at)
-    after = {m.label: m.value for m in at.metric}
+    after = {m.label.split(" · ")[0]: m.value for m in at.metric}
     assert after["clean removal"] != before["clean removal"]
     assert float(after["clean removal"]) == 1.0
+
+
+def test_tradeoffs_n_beside_every_metric_no_delta_when_too_few_and_reset(dash_env):
+    """Issue 24 item 4: n next to each metric; with n < 5 (the tiny run has 1–3 queries per condition)
+    a change shows no delta and the page says why; the reset button restores the run's thresholds."""
+    at = run_page("4_tradeoffs.py")
+    at.selectbox(key="t_def").set_value("rsq").run()
+    assert all(" · n " in m.label and "= " in m.label for m in at.metric), [m.label for m in at.metric]
+    expanders = [e for e in at.expander if e.label in ("tris", "rsq")]
+    assert expanders and expanders[0].proto.expanded, "the first defense with thresholds is open"
+    slider = at.slider(key="t_rsq:threshold")
+    recorded = slider.value
+    slider.set_value(slider.min).run()
+    no_error(at)
+    assert all(m.proto.delta == "" for m in at.metric), "no delta from a handful of queries"
+    assert any("too few to say whether it moved" in c.value for c in at.caption)
+    at.button(key="t_reset").click().run()
+    no_error(at)
+    assert at.slider(key="t_rsq:threshold").value == recorded
+    assert not any("too few to say whether it moved" in c.value for c in at.caption)
+
+
+def test_tradeoffs_plot_explains_a_k_ctx_change(dash_env):
+    at = run_page("4_tradeoffs.py")
+    at.slider(key="t_kctx").set_value(3).run()
+    no_error(at)
+    import json
+
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    fig = next(f for f in figs if "Attack success vs. utility" in json.dumps(f["layout"].get("title", "")))
+    notes = [a["text"] for a in fig["layout"].get("annotations", [])]
+    assert any("k_ctx 3" in t and "not ASR" in t for t in notes), notes
+    assert fig["layout"]["xaxis"]["range"] == [-0.02, 1.05] and fig["layout"]["yaxis"]["range"] == [-0.02, 1.05]
 
 
 def test_geometry_page_neighbourhood(dash_env):

@@ -176,4 +176,5 @@ def test_dashboard_binds_localhost_by_default():
     cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
     assert cfg["server"]["address"] == "127.0.0.1"
     demo = (ROOT / "scripts" / "demo.sh").read_text(encoding="utf-8")
-    assert '--server.address "${SIEVE_DASHBOARD_ADDRESS:-127.0.0.1}"' in demo
+    assert 'ADDRESS="${SIEVE_DASHBOARD_ADDRESS:-127.0.0.1}"' in demo
+    assert demo.count('--server.address "$ADDRESS"') == 2, "both the warmed and the SIEVE_SKIP_WARM start"

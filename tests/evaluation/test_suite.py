@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from sieve.corpus import load_dataset
-from sieve.evaluation.suite import (UNTARGETED_ANSWER, build_faq_variant, build_msmarco_gold, build_suite,
-                                    generate_families, read_shared)
+from sieve.evaluation.suite import (
+    UNTARGETED_ANSWER,
+    build_faq_variant,
+    build_msmarco_gold,
+    build_suite,
+    generate_families,
+    read_shared,
+)
 from sieve.evaluation.summary import summary_row
 from sieve.evaluation.truth import relevant_ids, truth_kept
 from sieve.registry import DEFENSES

@@ -33,6 +33,7 @@ def empty_ledger(tiny_experiment):
     p = tiny_experiment.ledger_path
     for f in p.parent.glob(p.name + "*"):
         f.unlink()
+    Ledger(p).close()   # a fresh empty ledger (a missing one is refused by the service: issue 26)
     yield
 
 
