@@ -22,14 +22,14 @@ LOG="$(mktemp -t sieve-dashboard.XXXXXX.log)"
   >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; rm -f "$LOG"' EXIT INT TERM
-.venv/bin/python - "$PORT" "$SERVER" <<'PY'
+.venv/bin/python - "$PORT" "$SERVER" <<'PY' || { echo "--- dashboard server log:" >&2; cat "$LOG" >&2; exit 1; }
 import os, sys, time, urllib.request
 port, pid = sys.argv[1], int(sys.argv[2])
 for _ in range(480):
     try:
         os.kill(pid, 0)
     except OSError:
-        sys.exit("the dashboard server exited; see its log above")
+        sys.exit("the dashboard server exited")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
             if r.status == 200:
@@ -38,7 +38,8 @@ for _ in range(480):
         time.sleep(0.5)
 sys.exit("the dashboard server did not start within 4 minutes")
 PY
-.venv/bin/python scripts/warm_server.py "http://127.0.0.1:$PORT"
+.venv/bin/python scripts/warm_server.py "http://127.0.0.1:$PORT" \
+  || echo "server warm-up failed; the pages prepare on first use (server log: $LOG)" >&2
 echo ""
 echo "  Sieve dashboard ready: http://$ADDRESS:$PORT   (Ctrl-C stops it; server log: $LOG)"
 echo ""

@@ -130,18 +130,9 @@ class LocalSieve:
         ``sieve serve`` and the dashboard write; without either, no document is excluded."""
         from sieve.corpus import load_dataset
         from sieve.experiment import Experiment
-        from sieve.ledger import default_ledger_path
 
         ds = load_dataset(Path(dataset_dir))
-        if resources is None:
-            from sieve.resources import Resources
-
-            resources = Resources()
-        if ledger_path is not None and default_ledger:
-            raise ValueError("give ledger_path= or default_ledger=True, not both")
-        lp = Path(ledger_path) if ledger_path is not None else (
-            default_ledger_path(resources.config) if default_ledger else None)
-        q = quarantine if lp is not None else "none"
+        resources, lp, q = _ledger_choice(resources, ledger_path, quarantine, default_ledger)
         exp = Experiment(ds, resources, ledger_path=lp, quarantine=q)
         return cls(exp, ledger_path=lp, quarantine=q, clean_limit=clean_limit)
 
@@ -156,17 +147,8 @@ class LocalSieve:
         or confirmed are excluded from every call. A store has no queries: give thresholds in
         ``params`` or use defenses that need no calibration (``none``, ``rsg``)."""
         from sieve.experiment.stores import open_store
-        from sieve.ledger import default_ledger_path
 
-        if resources is None:
-            from sieve.resources import Resources
-
-            resources = Resources()
-        if ledger_path is not None and default_ledger:
-            raise ValueError("give ledger_path= or default_ledger=True, not both")
-        lp = Path(ledger_path) if ledger_path is not None else (
-            default_ledger_path(resources.config) if default_ledger else None)
-        q = quarantine if lp is not None else "none"
+        resources, lp, q = _ledger_choice(resources, ledger_path, quarantine, default_ledger)
         exp, _ = open_store(source, resources, store_model=store_model, ledger_path=lp, quarantine=q)
         return cls(exp, ledger_path=lp, quarantine=q)
 
@@ -188,3 +170,21 @@ def backend_for(backend: Any = None, base_url: str | None = None, token: str | N
     if base_url:
         return SieveClient(base_url, token=token)
     raise ValueError("give backend=LocalSieve(...) (in-process) or base_url='http://127.0.0.1:8765' (sieve serve)")
+
+
+def _ledger_choice(resources: "Resources | None", ledger_path: str | Path | None, quarantine: str,
+                   default_ledger: bool) -> tuple["Resources", Path | None, str]:
+    """(resources, ledger path, quarantine policy) of a local backend: no ledger unless one is given
+    (``ledger_path``) or asked for (``default_ledger=True``, the one ``sieve serve`` and the dashboard
+    write); without one, nothing is excluded."""
+    from sieve.ledger import default_ledger_path
+
+    if resources is None:
+        from sieve.resources import Resources
+
+        resources = Resources()
+    if ledger_path is not None and default_ledger:
+        raise ValueError("give ledger_path= or default_ledger=True, not both")
+    lp = Path(ledger_path) if ledger_path is not None else (
+        default_ledger_path(resources.config) if default_ledger else None)
+    return resources, lp, (quarantine if lp is not None else "none")
