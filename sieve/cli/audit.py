@@ -77,8 +77,10 @@ def audit_command(
     since: Optional[str] = typer.Option(None, "--since",
                                         help="Store sources: audit only the documents added since this earlier "
                                              "audit's snapshot id (printed as 'snapshot id', recorded in the "
-                                             "ledger), against the whole current store; alerts are raised for the "
-                                             "new documents only."),
+                                             "ledger), or only those whose metadata matches a filter "
+                                             "meta:FIELD OP VALUE (OP one of >= <= > < = !=; e.g. "
+                                             "meta:ingested_at>=2026-11-30T00:00), against the whole current "
+                                             "store; alerts are raised for those documents only."),
     store_model: Optional[str] = typer.Option(None, "--store-model",
                                               help="Store sources: the embedding model that wrote the stored "
                                                    "vectors (as the source's &model=). When it is the retriever, "
@@ -209,11 +211,14 @@ def _store_audit(source: str, since: Optional[str], store_model: Optional[str], 
     the stored vectors or Sieve's re-embedding, RSG (whole store, or ``--since`` a snapshot), flags to
     the ledger (sieve/experiment/stores.py)."""
     from sieve.experiment.stores import SinceError, audit_store
+    from sieve.stores.filters import FilterError, is_snapshot_id, parse_filter
     from sieve.stores.uri import StoreError, parse_store_uri
 
     try:
         parse_store_uri(source)                   # a malformed source fails before anything is opened
-    except StoreError as e:
+        if since is not None and not is_snapshot_id(since):
+            parse_filter(since)                   # and so does a malformed --since filter
+    except (StoreError, FilterError) as e:
         raise UserError(str(e)) from None
     if since is not None and no_ledger:
         raise UserError("--since reads the snapshots recorded in the ledger: drop --no-ledger")
@@ -238,27 +243,36 @@ def _store_audit(source: str, since: Optional[str], store_model: Optional[str], 
         try:
             report = audit_store(exp, src, since=since, mode=mode, ledger=led, cache_dir=cfg.cache_dir,
                                  progress=True)
-        except SinceError as e:
+        except (SinceError, FilterError) as e:
             raise UserError(str(e)) from None
     protected = [uri.path] if uri.path is not None else []
     out_dir = out or Path(cfg.cache_dir) / "audits" / f"{src.dataset.name}-store"
     json_path, csv_path = report.write(out_dir, protected=protected, force=force)
     inc = report.summary.get("incremental")
     typer.echo(f"snapshot   {plain(src.dataset.name)}: {report.summary['documents']} documents, snapshot id "
-               f"{report.summary['snapshot_id']}"
-               + (f" ({inc['new']} new since {plain(inc['since'])}; {inc['searched']} kNN lists searched, "
-                  f"{inc['merged']} merged)" if inc else ""))
-    _print_report(report, mode if not inc else "exact", "local", json_path, csv_path, ledger_path, True, cfg,
-                  src.dataset.name)
+               f"{report.summary['snapshot_id']}" + (f" ({_batch_line(inc)})" if inc else ""))
+    _print_report(report, mode if not (inc and inc.get("base")) else "exact", "local", json_path, csv_path,
+                  ledger_path, True, cfg, src.dataset.name)
     if not no_ledger:
         from sieve.experiment import record_flags
 
         rows = report.summary.get("incremental_rows")
         with Ledger(default_ledger(cfg, ledger_path)) as led:
             n, added = record_flags(report, led, src.dataset.name, rows=rows, batch=report.summary["snapshot_id"])
-            scope = "new documents' " if rows is not None else ""
+            scope = ("matching documents' " if inc and inc.get("filter") else "new documents' ") \
+                if rows is not None else ""
             typer.echo(f"ledger     {added} new open alerts ({n - added} already recorded) from the {scope}"
                        f"{n} flags, batch {report.summary['snapshot_id']}, in {led.path}")
+
+
+def _batch_line(inc: dict[str, Any]) -> str:
+    """What ``--since`` audited: the new documents since a snapshot, or those a metadata filter matched."""
+    lists = f"{inc['searched']} kNN lists searched, {inc['merged']} merged"
+    if not inc.get("filter"):
+        return f"{inc['new']} new since {plain(inc['since'])}; {lists}"
+    base = (f"neighbour lists from snapshot {inc['base']} ({inc['new']} new since; {lists})" if inc["base"]
+            else "no earlier snapshot of this store in the ledger: the whole store audited")
+    return f"{inc['matched']} documents match {plain(inc['since'])}; {base}"
 
 
 def _check_ledger(cfg: "SieveConfig", ledger_path: Optional[Path], no_ledger: bool) -> None:

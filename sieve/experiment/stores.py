@@ -16,7 +16,9 @@ RSG :class:`~sieve.experiment.audit.AuditReport`, for every face:
   recomputed on the full density vector — the flags of the new documents equal a full re-audit's
   (exact search). Each audit saves its neighbour lists (``<cache>/snapshots/<id>.npz``) and records
   a snapshot in the ledger; alerts are raised for the new documents only and carry the snapshot id
-  (``evidence.batch``).
+  (``evidence.batch``). ``since`` may instead be a metadata filter (``meta:ingested_at>=2026-11-30``,
+  sieve/stores/filters.py): the matching documents are the batch, the newest usable snapshot of
+  the store is the base of the neighbour lists (none: the whole store is audited).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from sieve.experiment.snapshots import Experiment
     from sieve.ledger import Ledger
     from sieve.resources import Resources
+    from sieve.stores.filters import MetadataFilter
     from sieve.stores.readers import StoreCorpus
     from sieve.stores.uri import StoreURI
     from sieve.stores.vectors import VectorDecision
@@ -274,15 +277,52 @@ def incremental_audit(ids: list[str], texts: list[str], hashes: list[str], nb_id
                     f_T=dec.f_T, script_fields=ScriptFields(scripts, trans, mixed, rate), knn=knn_plan)
 
 
-def audit_store(exp: "Experiment", src: StoreSource, *, since: str | None = None, mode: str = "auto",
-                ledger: "Ledger | None" = None, cache_dir: str | Path, progress: bool = False) -> "AuditReport":
+def _recorded_state(ledger: "Ledger", since: str, source: str, iv: str) -> dict[str, Any]:
+    """The saved state of snapshot ``since`` of ``source`` (audited with index version ``iv``), or
+    :class:`SinceError` saying why it cannot be the base of an incremental audit."""
+    rec = ledger.snapshot(since)
+    if rec is None:
+        known = [s["snapshot_id"] for s in ledger.snapshots(source=source)][:5]
+        raise SinceError(f"no snapshot {since!r} in the ledger {ledger.path}"
+                         + (f"; snapshots of this store: {', '.join(known)}" if known else
+                            "; run a full `sieve audit` of this store first"))
+    if rec["source"] != source:
+        raise SinceError(f"snapshot {since} is of {rec['source']}, not of {source}")
+    if rec["index_version"] != iv:
+        raise SinceError(f"snapshot {since} was audited with {rec['index_version']}, this audit uses {iv}: "
+                         "run a full audit")
+    state_path = Path(rec["state_path"])
+    if not state_path.is_file():
+        raise SinceError(f"snapshot {since}: its neighbour lists {state_path} are gone; run a full audit")
+    prev = load_state(state_path)
+    if prev["format"] != STATE_FORMAT:
+        raise SinceError(f"snapshot {since} was saved by another version of Sieve; run a full audit")
+    return prev
+
+
+def latest_snapshot(ledger: "Ledger", source: str, iv: str) -> tuple[str, dict[str, Any]] | None:
+    """The newest recorded snapshot of ``source`` usable as the base of an incremental audit (same
+    index version, state file present and readable), with its state; None when there is none."""
+    for rec in ledger.snapshots(source=source):
+        try:
+            return rec["snapshot_id"], _recorded_state(ledger, rec["snapshot_id"], source, iv)
+        except (SinceError, OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+def audit_store(exp: "Experiment", src: StoreSource, *, since: "str | MetadataFilter | None" = None,
+                mode: str = "auto", ledger: "Ledger | None" = None, cache_dir: str | Path,
+                progress: bool = False) -> "AuditReport":
     """RSG over the store's corpus (full), or over the documents added since snapshot ``since``
-    against the whole corpus (module docstring). Saves the snapshot's neighbour lists under
-    ``cache_dir`` and, with a ``ledger``, records the snapshot there. The report's ``new_rows``
-    (summary ``incremental``) are the rows whose flags are to be recorded."""
-    from sieve.defenses.rsg import RSGParams
-    from sieve.experiment.audit import _report, index_version, run_audit
-    from sieve.index.knn import plan_knn, unit_matrix
+    against the whole corpus (module docstring). ``since`` may also be a metadata filter
+    (``meta:ingested_at>=2026-11-30T00:00``, sieve/stores/filters.py): the documents it matches are
+    the batch; the newest usable snapshot of the store in the ledger is the base of the neighbour
+    lists (else the whole store is audited), and alerts are raised for the matching documents only.
+    Saves the snapshot's neighbour lists under ``cache_dir`` and, with a ``ledger``, records the
+    snapshot there. The report's ``incremental_rows`` are the rows whose flags are to be recorded."""
+    from sieve.experiment.audit import index_version, run_audit
+    from sieve.stores.filters import MetadataFilter, is_snapshot_id, parse_filter, select
 
     snap = exp.snapshot(CLEAN)
     idx = snap.index
@@ -291,44 +331,42 @@ def audit_store(exp: "Experiment", src: StoreSource, *, since: str | None = None
     ids = list(idx.ids)
     texts = [d.text for d in idx.documents]
     hashes = [d.hash for d in idx.documents]
+    flt: MetadataFilter | None = None
+    if isinstance(since, MetadataFilter):
+        flt = since
+    elif since is not None and not is_snapshot_id(since):
+        flt = parse_filter(since)                      # FilterError (a ValueError) for a malformed one
+    matched = select(idx.documents, flt) if flt is not None else None
+    if since is not None and ledger is None:
+        raise SinceError("--since needs the ledger (it records the snapshots)")
+    base: tuple[str, dict[str, Any]] | None = None
+    if flt is not None:
+        assert ledger is not None
+        base = latest_snapshot(ledger, source, iv)
+    elif since is not None:
+        assert ledger is not None and isinstance(since, str)
+        base = (since, _recorded_state(ledger, since, source, iv))
     inc: dict[str, Any] | None = None
-    if since is None:
+    if base is None:
         report = run_audit(exp, CLEAN, mode=mode, progress=progress, snapshot=snap)
         plan_mode = str(report.audit.knn.get("mode", mode))
+        if matched is not None:
+            inc = {"since": str(flt), "filter": True, "base": None, "matched": len(matched), "new": len(matched),
+                   "searched": len(ids), "merged": 0, "new_rows": matched}
     else:
-        if ledger is None:
-            raise SinceError("--since needs the ledger (it records the snapshots)")
-        rec = ledger.snapshot(since)
-        if rec is None:
-            known = [s["snapshot_id"] for s in ledger.snapshots(source=source)][:5]
-            raise SinceError(f"no snapshot {since!r} in the ledger {ledger.path}"
-                             + (f"; snapshots of this store: {', '.join(known)}" if known else
-                                "; run a full `sieve audit` of this store first"))
-        if rec["source"] != source:
-            raise SinceError(f"snapshot {since} is of {rec['source']}, not of {source}")
-        if rec["index_version"] != iv:
-            raise SinceError(f"snapshot {since} was audited with {rec['index_version']}, this audit uses {iv}: "
-                             "run a full audit")
-        state_path = Path(rec["state_path"])
-        if not state_path.is_file():
-            raise SinceError(f"snapshot {since}: its neighbour lists {state_path} are gone; run a full audit")
-        prev = load_state(state_path)
-        if prev["format"] != STATE_FORMAT:
-            raise SinceError(f"snapshot {since} was saved by another version of Sieve; run a full audit")
-        p = RSGParams(mode="exact", progress=progress)
-        t0 = time.perf_counter()
-        x = unit_matrix(idx.vectors)
-        plan = plan_knn(len(ids), p.neighbor_count, "exact")
-        nb_ids, nb_sims, new_rows, changed, counts = incremental_neighbours(x, ids, hashes, prev, plan.k)
-        del x
-        audit = incremental_audit(ids, texts, hashes, nb_ids, nb_sims, changed, prev, p,
-                                  {**plan.to_dict(), "incremental": True})
-        seconds = time.perf_counter() - t0
-        report = _report(audit, snap, idx.documents, exp.dataset.name, str(exp.dataset.path), "exact", "local",
-                         seconds, None)
-        inc = {"since": since, **counts, "new_rows": [int(i) for i in new_rows]}
+        base_id, prev = base
+        report, counts, new_rows = _incremental_report(exp, snap, ids, texts, hashes, prev, progress)
+        plan_mode = "exact" if prev["mode"] == "exact" else prev["mode"]
+        if plan_mode != "exact":                      # reused lists of an approximate audit stay approximate
+            report.summary["knn"] = {**(report.summary.get("knn") or {}), "mode": plan_mode,
+                                     "note": f"lists merged from the {plan_mode} audit of {base_id}"}
+        if matched is not None:
+            inc = {"since": str(flt), "filter": True, "base": base_id, "matched": len(matched), **counts,
+                   "new_rows": matched}
+        else:
+            inc = {"since": base_id, **counts, "new_rows": [int(i) for i in new_rows]}
+    if inc is not None:
         report.summary["incremental"] = {k: v for k, v in inc.items() if k != "new_rows"}
-        plan_mode = "exact"
     chash = report.summary["corpus_hash"]
     sid = snapshot_id_for(source, chash, iv)
     state_path = state_dir(cache_dir) / f"{sid}.npz"
@@ -336,9 +374,34 @@ def audit_store(exp: "Experiment", src: StoreSource, *, since: str | None = None
     report.summary.update(source=source, store=src.uri.scheme, snapshot_id=sid, vectors=src.decision.to_dict(),
                           store_seconds=src.seconds)
     if inc is not None:
-        report.summary["incremental_rows"] = inc["new_rows"]
+        report.summary["incremental_rows"] = [int(i) for i in inc["new_rows"]]
     if ledger is not None:
+        parent = (base[0] if base is not None else None) if since is not None else None
         ledger.add_snapshot(sid, source=source, corpus_hash=chash, index_version=iv, n_docs=len(ids),
-                            parent=since, new_docs=len(inc["new_rows"]) if inc is not None else len(ids),
+                            parent=parent if parent != sid else None,
+                            new_docs=len(inc["new_rows"]) if inc is not None else len(ids),
                             state_path=str(state_path))
     return report
+
+
+def _incremental_report(exp: "Experiment", snap: Any, ids: list[str], texts: list[str], hashes: list[str],
+                        prev: dict[str, Any], progress: bool) -> tuple["AuditReport", dict[str, Any], np.ndarray]:
+    """The exact RSG audit of ``snap`` from the recorded state ``prev`` (:func:`incremental_neighbours`,
+    :func:`incremental_audit`) as a report, with the neighbour-list counts and the new rows."""
+    from sieve.defenses.rsg import RSGParams
+    from sieve.experiment.audit import _report
+    from sieve.index.knn import plan_knn, unit_matrix
+
+    idx = snap.index
+    p = RSGParams(mode="exact", progress=progress)
+    t0 = time.perf_counter()
+    x = unit_matrix(idx.vectors)
+    plan = plan_knn(len(ids), p.neighbor_count, "exact")
+    nb_ids, nb_sims, new_rows, changed, counts = incremental_neighbours(x, ids, hashes, prev, plan.k)
+    del x
+    audit = incremental_audit(ids, texts, hashes, nb_ids, nb_sims, changed, prev, p,
+                              {**plan.to_dict(), "incremental": True})
+    seconds = time.perf_counter() - t0
+    report = _report(audit, snap, idx.documents, exp.dataset.name, str(exp.dataset.path), "exact", "local",
+                     seconds, None)
+    return report, counts, new_rows
