@@ -3,7 +3,8 @@
 The command checks its options and then execs ``python -m sieve.service`` (sieve/service/__main__.py):
 the service is a separate face, started as a program, not imported by the CLI.
 
-The dataset's corpus snapshot and the models are loaded once at start (and the ``--preload``
+The dataset's corpus snapshot (or a store source's collection: ``chroma:``, ``qdrant:``, ``lancedb:``,
+sieve/stores/uri.py) and the models are loaded once at start (and the ``--preload``
 defenses prepared: built, fitted, calibrated on clean queries), so that no request loads or
 downloads a model. Binds 127.0.0.1 unless told otherwise; ``SIEVE_API_TOKEN`` turns on bearer auth.
 """
@@ -24,13 +25,19 @@ from sieve.cli.common import CONFIG_HELP, DATASET_HELP, RETRIEVER_HELP
 @app.command("serve")
 @user_errors
 def serve_command(
-    dataset_dir: Path = typer.Argument(..., help=DATASET_HELP + " Its clean queries calibrate unset thresholds; "
-                                                               "/v1/audit audits its snapshots.", show_default=False),
+    source: str = typer.Argument(..., metavar="DATASET|STORE",
+                                 help=DATASET_HELP + " Its clean queries calibrate unset thresholds; /v1/audit audits "
+                                 "its snapshots. Or a store source (chroma:///dir?collection=NAME, "
+                                 "qdrant:///dir?collection=NAME, lancedb:///dir?table=NAME): its documents and stored "
+                                 "vectors are the corpus (read only); give --calibration for clean queries.",
+                                 show_default=False),
     host: str = typer.Option("127.0.0.1", "--host", help="Bind address (default: localhost only). Use 0.0.0.0 only "
                                                          "behind a proxy and with SIEVE_API_TOKEN set."),
     port: int = typer.Option(8765, "--port", "-p", help="TCP port."),
-    preload: str = typer.Option("tris,rsq", "--preload", help="Defenses prepared at start (comma-separated); others "
-                                                              "are prepared on their first request."),
+    preload: str = typer.Option("fusion,tris_l2", "--preload",
+                                help="Defenses prepared at start (comma-separated); others are prepared on their first "
+                                     "request. The default needs no LLM: fusion (the recommended detector) and tris_l2 "
+                                     "(the request default)."),
     ledger_path: Optional[Path] = typer.Option(None, "--ledger",
                                                help="Quarantine ledger file (default: <cache dir>/ledger.sqlite)."),
     quarantine: str = typer.Option("open_and_confirmed", "--quarantine",
@@ -53,6 +60,15 @@ def serve_command(
                                                                 "(least recently used dropped)."),
     shutdown_timeout: float = typer.Option(5.0, "--shutdown-timeout", help="Seconds running requests get to finish "
                                                                            "on SIGTERM / Ctrl-C."),
+    run_deadline: float = typer.Option(60.0, "--run-deadline", help="A running request past this many seconds stops "
+                                                                    "at its next safe point with 503 (0: no limit)."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration",
+                                               help="Store source only: a dataset whose clean queries (same domain) "
+                                                    "calibrate unset thresholds; without it, preload defenses that "
+                                                    "need no calibration (tris_l2, rsg)."),
+    store_model: Optional[str] = typer.Option(None, "--store-model",
+                                              help="Store source only: the model of the stored vectors."),
+    reembed: bool = typer.Option(False, "--reembed", help="Store source only: ignore the stored vectors, re-embed."),
 ) -> None:
     """Serve Sieve over HTTP: POST /v1/filter, POST /v1/audit, /v1/alerts, GET /healthz, GET /metrics.
 
@@ -67,19 +83,35 @@ def serve_command(
                     ("--max-prepared", max_prepared)):
         if v < 1:
             raise UserError(f"{name} must be >= 1, got {v}")
-    if not dataset_dir.exists():
-        raise UserError(f"{dataset_dir}: no such dataset directory or file")
+    from sieve.stores.uri import StoreError, is_store_uri, parse_store_uri
+
+    if is_store_uri(source):
+        try:
+            parse_store_uri(source)
+        except StoreError as e:
+            raise UserError(str(e)) from None
+        if calibration is not None and not calibration.exists():
+            raise UserError(f"--calibration {calibration}: no such dataset directory or file")
+    else:
+        if not Path(source).exists():
+            raise UserError(f"{source}: no such dataset directory or file")
+        if calibration is not None or store_model is not None or reembed:
+            raise UserError("--calibration, --store-model and --reembed apply to a store source (chroma:, qdrant:, "
+                            "lancedb:); a dataset calibrates on its own clean queries")
     if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
         raise UserError("sieve serve needs the 'serve' extra: pip install 'sieve-rag[serve]'")
-    argv = [sys.executable, "-m", "sieve.service", str(dataset_dir), "--host", host, "--port", str(port),
+    argv = [sys.executable, "-m", "sieve.service", source, "--host", host, "--port", str(port),
             "--preload", preload, "--quarantine", quarantine, "--max-documents", str(max_documents),
             "--max-text-chars", str(max_text_chars), "--max-body-bytes", str(max_body_bytes),
             "--token-env", token_env, "--log-level", log_level, "--workers", str(workers), "--queue", str(queue),
-            "--deadline", str(deadline), "--max-prepared", str(max_prepared), "--shutdown-timeout", str(shutdown_timeout)]
-    if queue < 0 or deadline <= 0 or shutdown_timeout < 0:
-        raise UserError("--queue must be >= 0, --deadline > 0 and --shutdown-timeout >= 0")
+            "--deadline", str(deadline), "--max-prepared", str(max_prepared), "--shutdown-timeout", str(shutdown_timeout),
+            "--run-deadline", str(run_deadline)]
+    if queue < 0 or deadline <= 0 or shutdown_timeout < 0 or run_deadline < 0:
+        raise UserError("--queue must be >= 0, --deadline > 0, --run-deadline >= 0 and --shutdown-timeout >= 0")
+    if reembed:
+        argv.append("--reembed")
     for flag, value in (("--ledger", ledger_path), ("--clean-limit", clean_limit), ("--retriever", retriever),
-                        ("--config", config_file)):
+                        ("--config", config_file), ("--calibration", calibration), ("--store-model", store_model)):
         if value is not None:
             argv += [flag, str(value)]
     sys.stdout.flush()

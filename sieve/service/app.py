@@ -22,7 +22,17 @@ import sieve.service.schemas as S
 from sieve.ledger import LedgerError, LedgerIOError
 from sieve.service.auth import bearer_guard
 from sieve.service.auth import token_ok as _token_ok
-from sieve.service.limits import AdmissionControl, BodySizeLimit, Limits, LRUDefenses, check_params, limit_error
+from sieve.service.limits import (
+    AdmissionControl,
+    BodySizeLimit,
+    Cancelled,
+    Limits,
+    LRUDefenses,
+    cancel_of,
+    check_params,
+    limit_error,
+    params_loc,
+)
 from sieve.service.metrics import Metrics, MetricsMiddleware
 
 if TYPE_CHECKING:
@@ -37,8 +47,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": S.ErrorBody, "description": "Missing or wrong bearer token."},
     413: {"model": S.ErrorBody, "description": "Request body over the size limit."},
     422: {"model": S.ErrorBody, "description": "Invalid field, unknown defense/parameter or a limit (names the field)."},
-    503: {"model": S.ErrorBody, "description": "At capacity or shutting down (Retry-After), or the quarantine "
-                                               "ledger is unreadable (names it)."},
+    503: {"model": S.ErrorBody, "description": "At capacity, past the queue deadline, cancelled or shutting down "
+                                               "(Retry-After), or the quarantine ledger is unreadable (names it)."},
 }
 
 
@@ -131,6 +141,25 @@ def _value_error(e: Exception, default_loc: list[Any]) -> HTTPException:
     return HTTPException(422, detail=[{"loc": default_loc, "msg": msg, "type": "value_error"}])
 
 
+def _preparation_error(e: Exception, state: ServiceState, spec: str, params: dict[str, Any]) -> HTTPException:
+    """422 for a defense that could not be prepared: one that needs calibration on a corpus without
+    clean queries (a store source started without ``--calibration``) names its threshold parameter."""
+    ds = state.experiment.dataset
+    if getattr(e, "stage", "") == "calibrate" and not ds.queries and not ds.contexts:
+        from sieve.experiment import build_defense
+
+        try:
+            knob = build_defense(spec, params).threshold_param or "threshold"
+        except Exception:  # noqa: BLE001 - the message still says what is missing
+            knob = "threshold"
+        return HTTPException(422, detail=[{"loc": ["body", "params", knob], "type": "not_calibrated",
+                                           "msg": f"defense {spec!r} needs a calibrated threshold and this server's "
+                                                  f"corpus ({ds.name}) has no clean queries to calibrate it on: give "
+                                                  f"params.{knob}, or restart the server with --calibration DATASET"}])
+    msg = str(e)
+    return HTTPException(422, detail=[{"loc": params_loc(msg, params), "msg": msg, "type": "value_error"}])
+
+
 def create_app(state: ServiceState) -> FastAPI:
     """The ASGI app over ``state`` (tests call it directly; ``sieve serve`` runs it under uvicorn)."""
     app = FastAPI(title="Sieve", version=API_VERSION,
@@ -152,6 +181,13 @@ def create_app(state: ServiceState) -> FastAPI:
         return JSONResponse({"detail": [{"loc": ["ledger"], "msg": str(exc), "type": "ledger_unavailable"}]},
                             status_code=503, headers={"Retry-After": "30"})
 
+    @app.exception_handler(Cancelled)
+    async def _cancelled(request: Request, exc: Cancelled) -> JSONResponse:
+        # abandoned at a safe point (client gone, shutdown, run deadline): nothing more was done
+        state.metrics.admission("cancelled")
+        return JSONResponse({"detail": [{"loc": [], "msg": f"request cancelled: {exc.reason}", "type": "cancelled"}]},
+                            status_code=503, headers={"Retry-After": "1"})
+
     @app.get("/healthz", response_model=S.Health, tags=["service"])
     def healthz(authorization: Optional[str] = Header(None, include_in_schema=False)) -> dict[str, Any]:
         """Liveness and what the service loaded (no token needed; the ledger path only with the token)."""
@@ -170,14 +206,16 @@ def create_app(state: ServiceState) -> FastAPI:
                 "prepared": state.filter.prepared()}
 
     @app.post("/v1/filter", response_model=S.FilterResponse, dependencies=guard, tags=["filter"])
-    def filter_documents(req: S.FilterRequest) -> dict[str, Any]:
+    def filter_documents(req: S.FilterRequest, request: Request) -> dict[str, Any]:
         """Decide on each retrieved document (score, threshold, removed, status, reason, layer,
         compact evidence) and return the final context. Documents quarantined in the ledger
         (same id and content hash) are excluded before the defense runs."""
         from sieve.experiment import DefenseSpecError
+        from sieve.experiment.defenses import DefensePreparationError
         from sieve.experiment.filtering import InputDocument
 
-        state.limits.check_filter(req.query, [d.text for d in req.documents])
+        cancel = cancel_of(request.scope)
+        state.limits.check_filter(req.query, [d.text for d in req.documents], req.k_ctx)
         bad = _known_defense(req.defense)
         if bad is not None:
             from sieve.registry import DEFENSES
@@ -199,18 +237,27 @@ def create_app(state: ServiceState) -> FastAPI:
                                 "deleted); refusing to filter as if nothing were quarantined", state.ledger_path)
         docs = [InputDocument(d.id, d.text, d.title, d.score) for d in req.documents]
         try:
+            cancel.check()                                    # safe point: before preparing the defense
+            state.filter.defense(req.defense, req.params)     # cached after the first request
+            cancel.check()                                    # safe point: before the defense runs
             out = state.filter.filter(req.query, docs, req.defense, req.params, req.k_ctx)
-        except LedgerError:
+        except (LedgerError, Cancelled):
             raise
+        except DefensePreparationError as e:
+            raise _preparation_error(e, state, req.defense, req.params) from None
         except DefenseSpecError as e:
-            raise HTTPException(422, detail=[{"loc": ["body", "params"], "msg": str(e), "type": "value_error"}]) from None
+            raise HTTPException(422, detail=[{"loc": params_loc(str(e), req.params), "msg": str(e),
+                                              "type": "value_error"}]) from None
         except (ValueError, TypeError) as e:
+            if req.params and not _FIELD_PREFIX.match(str(e.args[0]) if e.args else str(e)):
+                raise HTTPException(422, detail=[{"loc": params_loc(str(e), req.params), "msg": str(e),
+                                                  "type": "value_error"}]) from None
             raise _value_error(e, ["body"]) from None
         state.metrics.filtered(req.defense, len(docs), len(out.removed_ids))
         return out.to_dict()
 
     @app.post("/v1/audit", response_model=S.AuditResponse, dependencies=guard, tags=["ledger"])
-    def audit(req: S.AuditRequest) -> dict[str, Any]:
+    def audit(req: S.AuditRequest, request: Request) -> dict[str, Any]:
         """RSG audit of the loaded corpus snapshot (clean, or clean + one attack family); flags are
         recorded as open alerts in the quarantine ledger."""
         from sieve.experiment import AUDIT_MODES, ExperimentError, record_flags, run_audit
@@ -220,15 +267,22 @@ def create_app(state: ServiceState) -> FastAPI:
             raise limit_error(["body", "mode"], f"mode must be one of {', '.join(AUDIT_MODES)}; got {req.mode!r}",
                               kind="value_error")
         exp = state.experiment
-        with state.audit_lock:
+        cancel = cancel_of(request.scope)
+        while not state.audit_lock.acquire(timeout=0.1):   # one audit at a time; a waiting one can be cancelled
+            cancel.check()
+        try:
+            cancel.check()                                  # safe point: before the audit
             try:
                 report = run_audit(exp, req.condition, mode=req.mode)
             except ExperimentError as e:
                 raise limit_error(["body", "condition"], str(e), kind="value_error") from None
             added = 0
+            cancel.check()                                  # safe point: nothing recorded for an abandoned audit
             if req.record:
                 with Ledger(state.ledger_path, must_exist=True) as led:
                     _, added = record_flags(report, led, exp.dataset.name)
+        finally:
+            state.audit_lock.release()
         a = report.audit
         flags = [{"id": a.ids[i], "score": round(float(a.score[i]), 4), "branch": report.branches.get(i, "")}
                  for i in report.flagged]
@@ -255,6 +309,9 @@ def create_app(state: ServiceState) -> FastAPI:
         from sieve.ledger import Flag, Ledger, alert_id_for
         from sieve.types import content_hash
 
+        if len(req.text) > state.limits.max_text_chars:
+            raise limit_error(["body", "text"], f"text has {len(req.text)} characters; the limit is "
+                                                f"{state.limits.max_text_chars}")
         h = content_hash(req.text)
         with Ledger(state.ledger_path, must_exist=True) as led:
             led.add_flags([Flag(req.doc_id, h, None, None, {"who": req.who}, req.reason or f"flagged by {req.who}")],
@@ -310,7 +367,8 @@ def create_app(state: ServiceState) -> FastAPI:
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
     app.add_middleware(AdmissionControl, workers=state.limits.workers, queue=state.limits.queue,
-                       deadline_s=state.limits.deadline_s)   # inside the body limit: bodies are bounded
+                       deadline_s=state.limits.deadline_s, run_deadline_s=state.limits.run_deadline_s,
+                       metrics=state.metrics)   # inside the body limit: bodies are bounded
     app.add_middleware(BodySizeLimit, max_bytes=state.limits.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)  # outermost: 413s are counted too
     return app

@@ -1,5 +1,6 @@
 """Prometheus metrics of ``sieve serve`` (``GET /metrics``, text exposition format): requests by
-route/method/status, a latency histogram by route, documents inspected and removed by defense."""
+route/method/status, a latency histogram by route, documents inspected and removed by defense, and
+the admission outcomes of the work routes (shed, dropped unrun, cancelled while running)."""
 from __future__ import annotations
 
 import time
@@ -25,6 +26,15 @@ class Metrics:
                                  registry=self.registry)
         self.removals = Counter("sieve_removals", "Documents removed by /v1/filter (quarantined ones included)",
                                 ["defense"], registry=self.registry)
+        self.admissions = Counter("sieve_admission", "Work requests not answered by their route: shed (503 + "
+                                  "Retry-After: queue full, or its deadline), dropped (client gone while queued, "
+                                  "never run), cancelled (stopped at a safe point while running)", ["outcome"],
+                                  registry=self.registry)
+        for outcome in ("shed", "dropped", "cancelled"):
+            self.admissions.labels(outcome)
+
+    def admission(self, outcome: str) -> None:
+        self.admissions.labels(outcome).inc()
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()

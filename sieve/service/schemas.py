@@ -7,28 +7,45 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: The default defense of ``/v1/filter``: needs no LLM (and equals the adapters' default,
+#: ``sieve.adapters.client.DEFAULT_DEFENSE``; docs/service.md).
+DEFAULT_DEFENSE = "tris_l2"
+#: Longest analyst name and reason accepted by the ledger routes.
+MAX_NAME_CHARS = 200
+MAX_REASON_CHARS = 4000
+MAX_ID_CHARS = 1000
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" → True or false → 0.0 coercion
 
 
+def _not_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be blank (only whitespace)")
+    return v
+
+
 class FilterDocument(_Strict):
-    id: str = Field(..., min_length=1, description="Your document id (unique within the request).")
+    id: str = Field(..., min_length=1, max_length=MAX_ID_CHARS, description="Your document id (unique within the request).")
     text: str = Field(..., description="Document text. Untrusted data: never rendered, never followed.")
     title: str = Field("", description="Optional title.")
-    score: Optional[float] = Field(None, description="Your retriever's score (informational; order is what counts).")
+    score: Optional[float] = Field(None, allow_inf_nan=False,
+                                   description="Your retriever's score (informational; order is what counts).")
 
 
 class FilterRequest(_Strict):
     query: str = Field(..., min_length=1, description="The user's query.")
     documents: list[FilterDocument] = Field(..., description="Retrieved documents, best first.")
-    defense: str = Field("tris", min_length=1,
+    defense: str = Field(DEFAULT_DEFENSE, min_length=1,
                          description="Registered defense name or serial spec 'a+b' (see GET /v1/defenses).")
     params: dict[str, Any] = Field(default_factory=dict,
                                    description="Defense parameters (the defense's __init__ names; unknown names are errors).")
     k_ctx: Optional[int] = Field(5, ge=1, description="Generation context size; null keeps every survivor.")
+
+    _query_not_blank = field_validator("query")(_not_blank)
 
 
 class DecisionOut(BaseModel):
@@ -108,15 +125,19 @@ class AlertList(BaseModel):
 
 
 class NewAlert(_Strict):
-    doc_id: str = Field(..., min_length=1, description="Document id to quarantine.")
+    doc_id: str = Field(..., min_length=1, max_length=MAX_ID_CHARS, description="Document id to quarantine.")
     text: str = Field(..., min_length=1, description="Its text (the ledger keys on id + content hash).")
-    who: str = Field(..., min_length=1, description="Who flags it.")
-    reason: str = Field("", description="Why.")
+    who: str = Field(..., min_length=1, max_length=MAX_NAME_CHARS, description="Who flags it.")
+    reason: str = Field("", max_length=MAX_REASON_CHARS, description="Why.")
+
+    _not_blank = field_validator("doc_id", "text", "who")(_not_blank)
 
 
 class Transition(_Strict):
-    who: str = Field(..., min_length=1, description="Analyst name.")
-    why: str = Field("", description="Reason (required for rollback).")
+    who: str = Field(..., min_length=1, max_length=MAX_NAME_CHARS, description="Analyst name.")
+    why: str = Field("", max_length=MAX_REASON_CHARS, description="Reason (required for rollback).")
+
+    _who_not_blank = field_validator("who")(_not_blank)
 
 
 class DefenseInfo(BaseModel):

@@ -132,7 +132,7 @@ def _loc(r):
     (lambda b: b.update(documents="all of them"), 422, ["body", "documents"]),
     (lambda b: b.update(defense="nope"), 422, ["body", "defense"]),
     (lambda b: b.update(defense="rsq+nope"), 422, ["body", "defense"]),
-    (lambda b: b.update(params={"no_such_param": 1}), 422, ["body", "params"]),
+    (lambda b: b.update(params={"no_such_param": 1}), 422, ["body", "params", "no_such_param"]),
     (lambda b: b.update(extra_field=1), 422, ["body", "extra_field"]),
     (lambda b: b["documents"].extend(b["documents"][:11]), 422, ["body", "documents"]),  # 31 > 30
     (lambda b: b["documents"][3].update(text="x" * 3_001), 422, ["body", "documents", 3, "text"]),
