@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -30,8 +30,11 @@ def _sigterm_as_interrupt() -> None:
 @app.command("eval")
 @user_errors
 def eval_command(
-    dataset_dir: Path = typer.Argument(..., help="Dataset directory (corpus.jsonl, queries.jsonl, attacks.jsonl, "
-                                                 "optional contexts.jsonl).", show_default=False),
+    dataset_dir: str = typer.Argument(..., help="Dataset directory (corpus.jsonl, queries.jsonl, attacks.jsonl, "
+                                                "optional contexts.jsonl). Or a vector store "
+                                                "(chroma:///dir?collection=NAME, qdrant:, lancedb:; README \"Audit "
+                                                "a vector store\") with --queries: the clean condition only.",
+                                      show_default=False, metavar="DATASET_DIR"),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (created; rerun the same command to resume)."),
     defenses: Optional[str] = typer.Option(None, "--defenses", "-d",
                                            help="Comma-separated defenses (see `sieve list`) or serial specs a+b; "
@@ -56,6 +59,12 @@ def eval_command(
                                             "of the run's own (with --limit, a few queries give an unstable 5 % point)."),
     llm: bool = typer.Option(True, "--llm/--no-llm", help="Allow LLM calls (TRIS L3, TrustRAG consolidation, "
                                                           "RobustRAG). --no-llm marks them skipped/unavailable."),
+    queries: Optional[Path] = typer.Option(None, "--queries",
+                                           help="Store sources: the clean queries to evaluate (JSONL, one "
+                                                "{\"id\", \"text\", \"answers\"?} per line: the dataset's "
+                                                "queries.jsonl format). A store holds documents only, so only the "
+                                                "clean condition runs (clean removal, latency; answers with "
+                                                "--generate)."),
 ) -> None:
     """Evaluate defenses on the clean and attack conditions of a dataset; writes config.json,
     records.jsonl and summary.json into --out, then prints the summary table."""
@@ -67,8 +76,16 @@ def eval_command(
         if generate:
             raise UserError("--generate needs the LLM; drop --no-llm")
         cfg.llm.enabled = False
-    ds = _load(dataset_dir)
-    res = _resources(cfg, ds)
+    from sieve.stores.uri import is_store_uri
+
+    if is_store_uri(dataset_dir):
+        ds, res = _store_dataset(dataset_dir, queries, attacks, cfg, retriever is not None, depth)
+    else:
+        if queries is not None:
+            raise UserError("--queries is for a store source (chroma:, qdrant:, lancedb:); a dataset directory "
+                            "has its own queries.jsonl")
+        ds = _load(Path(dataset_dir))
+        res = _resources(cfg, ds)
     command = shlex.join(["sieve", *sys.argv[1:]]) if sys.argv and "sieve" in Path(sys.argv[0]).name else \
         shlex.join(["sieve", "eval", str(dataset_dir), "--out", str(out)])
     _sigterm_as_interrupt()
@@ -93,6 +110,30 @@ def eval_command(
         typer.secho(f"error: every one of the {n_items} items failed (see the DEGRADED rows and {out}/records.jsonl); "
                     "no result to report", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
+
+
+def _store_dataset(source: str, queries: Optional[Path], attacks: Optional[str], cfg: Any, retriever_given: bool,
+                   depth: int) -> tuple[Any, Any]:
+    """``sieve eval STORE --queries FILE``: the store's corpus (read only; stored vectors through the
+    agreement gate, else Sieve's re-embedding) with the clean queries of FILE
+    (sieve/experiment/stores.py: ``store_eval_dataset``) and the resources that read it."""
+    from sieve.cli.common import open_store_source, plain
+    from sieve.experiment.stores import store_eval_dataset
+
+    if attacks:
+        raise UserError("a store source has no attack families: sieve eval on a store runs the clean condition "
+                        "only; drop --attacks")
+    if queries is None:
+        raise UserError(f"{source}: a store holds documents, not queries: give --queries FILE (JSONL, one "
+                        "{\"id\", \"text\", \"answers\"?} per line, the dataset's queries.jsonl format)")
+    if not queries.is_file():
+        raise UserError(f"{queries}: queries file not found (--queries)")
+    exp, src = open_store_source(source, cfg, retriever_given=retriever_given, depth=depth)
+    typer.echo(f"store      {plain(src.uri.canonical())}: {len(src.corpus)} documents; "
+               f"vectors: {plain(src.decision.reason)}")
+    ds = store_eval_dataset(exp, src, queries, cfg.cache_dir)
+    typer.echo(f"queries    {len(ds.queries)} clean queries from {queries} (clean condition only)")
+    return ds, exp.resources
 
 
 @app.command("report")

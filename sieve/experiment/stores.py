@@ -405,3 +405,72 @@ def _incremental_report(exp: "Experiment", snap: Any, ids: list[str], texts: lis
     report = _report(audit, snap, idx.documents, exp.dataset.name, str(exp.dataset.path), "exact", "local",
                      seconds, None)
     return report, counts, new_rows
+
+
+# -- sieve eval on a store (clean conditions) ------------------------------------------------------
+def load_queries(path: str | Path) -> list[Any]:
+    """Clean queries from a JSONL file in the dataset format (``{"id", "text", "answers"?}`` per line,
+    docs/design.md); :class:`~sieve.corpus.DatasetError` naming file, line and field otherwise."""
+    from sieve.corpus.errors import DatasetError, Issues, TooManyErrors
+    from sieve.corpus.sieve_format import read_queries
+
+    p = Path(path)
+    if not p.is_file():
+        raise DatasetError(p, None, None, "queries file not found (--queries: JSONL lines {\"id\", \"text\", "
+                                          "\"answers\"?})")
+    issues = Issues()
+    try:
+        queries = read_queries(p, p.name, issues)
+    except TooManyErrors:
+        queries = []
+    if not issues.items and not queries:
+        issues.items.append(DatasetError(p.name, None, None, "no queries (the file is empty)"))
+    issues.raise_if_any(str(p))
+    return queries
+
+
+def store_eval_dataset(exp: "Experiment", src: StoreSource, queries_path: str | Path,
+                       cache_dir: str | Path) -> "Dataset":
+    """The store's corpus with the clean queries of ``queries_path`` as a dataset ``sieve eval`` can
+    run (clean condition only: a store has no attack families).
+
+    Its directory is Sieve's own (``<cache>/stores/eval/<collection>-<hash>``, never the store's):
+    ``queries.jsonl`` (a copy) and ``source.json`` (source, corpus hash, whether the stored vectors
+    are used), so a run's fingerprint changes when the store or the queries change. The experiment's
+    index — the stored vectors that passed the agreement gate, or Sieve's re-embedding — is written to
+    that dataset's workspace, so the evaluation embeds nothing again."""
+    import json
+
+    from sieve.corpus import Dataset
+    from sieve.corpus.hashing import corpus_hash
+    from sieve.index.build import workspace_dir
+    from sieve.index.embedding import flat_ip
+    from sieve.index.storage import atomic_write, make_manifest, read_workspace, safe_name, write_workspace
+
+    queries = load_queries(queries_path)
+    raw = Path(queries_path).read_bytes()
+    index = exp.base_index()
+    docs = list(index.documents)
+    source = src.uri.canonical()
+    key = hashlib.sha256(f"{source}\x1f{hashlib.sha256(raw).hexdigest()}".encode("utf-8")).hexdigest()[:12]
+    root = Path(cache_dir) / "stores" / "eval" / f"{safe_name(src.dataset.name)}-{key}"
+    root.mkdir(parents=True, exist_ok=True)
+    chash = corpus_hash(docs)
+    info = {"source": source, "corpus_hash": chash, "documents": len(docs),
+            "stored_vectors": bool(src.decision.use_stored), "store_model": src.decision.model,
+            "queries_file": str(Path(queries_path).resolve())}
+    atomic_write(root / "queries.jsonl", lambda p: p.write_bytes(raw))
+    atomic_write(root / "source.json", lambda p: p.write_text(json.dumps(info, indent=2), encoding="utf-8"))
+    ds = Dataset(path=root, name=src.dataset.name, documents=docs, queries=queries)
+    res = exp.resources
+    embedder = res.retriever
+    ws = workspace_dir(ds, embedder.model_id, res.config)
+    old = read_workspace(ws)
+    ids = [d.id for d in docs]
+    origin = "store" if src.decision.use_stored else "re-embedded"
+    if not (isinstance(old, tuple) and old[0].get("corpus_hash") == chash and old[2] == ids
+            and old[0].get("model_id") == embedder.model_id and old[0].get("vectors_from") == origin):
+        v32 = np.asarray(index.vectors, np.float32)
+        manifest = {**make_manifest(embedder, docs, v32.shape[1], chash), "vectors_from": origin, "source": source}
+        write_workspace(ws, manifest, v32.astype(np.float16), ids, flat_ip(v32))
+    return ds
