@@ -1,7 +1,8 @@
 """Quarantine ledger: corpus-time flags (RSG, or any detector) awaiting analyst review.
 
-Size: about 500 lines — the schema, the state machine, integrity checking/quarantine of a damaged
-file and CSV export are one SQLite store and belong together.
+Size: about 500 lines — the alerts schema, the state machine, the reads and the CSV export are one
+SQLite store. The snapshots table is sieve/ledger_snapshots.py; the errors and what is done with a
+damaged or unreadable file, sieve/ledger_errors.py (every name stays importable from here).
 
 docs/design.md "Product decisions": quarantine is never deletion. Each flag is one row with the
 document id and content hash, the corpus id/hash and index version it was computed on, the
@@ -40,6 +41,25 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
+
+from sieve.ledger_errors import (  # noqa: F401 - re-exported: sieve.ledger is the public contract
+    _SQLITE_CORRUPT,
+    _SQLITE_MAGIC,
+    _SQLITE_NOTADB,
+    _VERIFIED,
+    DamagedFile,
+    LedgerCorruptError,
+    LedgerError,
+    LedgerIOError,
+    _cause,
+    _disk_full,
+    _file_stamp,
+    _IntegrityFailure,
+    _io_error,
+    _looks_damaged_sqlite,
+    is_corruption,
+)
+from sieve.ledger_snapshots import SNAPSHOTS_SCHEMA, SnapshotTable
 
 STATES = ("open", "confirmed", "dismissed", "rolled_back")
 
@@ -102,109 +122,7 @@ CREATE TABLE IF NOT EXISTS history (
     at         REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS history_alert ON history(alert_id);
-CREATE TABLE IF NOT EXISTS snapshots (
-    snapshot_id   TEXT PRIMARY KEY,
-    source        TEXT NOT NULL,
-    corpus_hash   TEXT NOT NULL,
-    index_version TEXT NOT NULL DEFAULT '',
-    n_docs        INTEGER NOT NULL,
-    new_docs      INTEGER NOT NULL DEFAULT 0,
-    parent        TEXT,
-    state_path    TEXT NOT NULL DEFAULT '',
-    created_at    REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS snapshots_source ON snapshots(source);
-"""
-
-
-class LedgerError(ValueError):
-    """Invalid ledger operation (unknown alert, forbidden transition, bad filter)."""
-
-
-class LedgerCorruptError(LedgerError):
-    """The ledger file failed its integrity check; it was moved to :attr:`side_file`."""
-
-    def __init__(self, message: str, path: Path, side_file: Path | None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.side_file = side_file
-
-
-class LedgerIOError(LedgerError):
-    """The ledger could not be read or written (full disk, permissions, read-only or immutable file,
-    I/O error). The file was not moved or changed; its quarantine stays in force."""
-
-    def __init__(self, message: str, path: Path) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-#: SQLite primary result codes that mean the file itself is damaged (everything else is I/O).
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-
-
-class _IntegrityFailure(sqlite3.DatabaseError):
-    """``PRAGMA integrity_check`` did not answer ``ok`` (corruption by definition)."""
-
-
-def is_corruption(err: BaseException) -> bool:
-    """True only when SQLite says the file is damaged: a failed integrity check, ``SQLITE_CORRUPT``
-    or ``SQLITE_NOTADB``. Full disks, permissions, locks and I/O errors are not corruption."""
-    if isinstance(err, _IntegrityFailure):
-        return True
-    if not isinstance(err, sqlite3.DatabaseError):
-        return False
-    code = getattr(err, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return (code & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-    msg = str(err).lower()
-    return "malformed" in msg or "not a database" in msg
-
-
-def _cause(err: BaseException) -> str:
-    if isinstance(err, OSError):
-        return err.strerror or str(err) or type(err).__name__
-    return " ".join(str(err).split()) or type(err).__name__
-
-
-def _io_error(path: Path, err: BaseException, doing: str = "open") -> LedgerIOError:
-    cause = _cause(err)
-    hint = ""
-    low = cause.lower()
-    if "readonly" in low or "read-only" in low or "permission" in low or "not permitted" in low \
-            or "unable to open" in low:
-        hint = " (check that the file and its folder are writable and the file is not immutable)"
-    elif "full" in low or "no space" in low or _disk_full(path):
-        hint = " (the disk is full)"
-    return LedgerIOError(f"cannot {doing} quarantine ledger {path}: {cause}{hint}; the ledger was not moved "
-                         "or changed and its quarantine stays in force", path)
-
-
-def _disk_full(path: Path) -> bool:
-    try:
-        st = os.statvfs(path.parent if not path.is_dir() else path)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < 64 * 1024
-
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-#: Ledger files this process verified (``PRAGMA integrity_check`` on open) and last closed, keyed
-#: by path, size and modification time of the file and its WAL: a file changed by anything else is
-#: checked again; search opens the ledger for every snapshot, so an unchanged one is not re-scanned.
-_VERIFIED: set[tuple[Any, ...]] = set()
-
-
-def _file_stamp(path: Path) -> tuple[Any, ...]:
-    out: list[Any] = [str(path.resolve())]
-    for p in (path, path.with_name(path.name + "-wal")):
-        try:
-            st = p.stat()
-            out += [st.st_size, st.st_mtime_ns, st.st_ino]
-        except OSError:
-            out += [None, None, None]
-    return tuple(out)
+""" + SNAPSHOTS_SCHEMA
 
 
 @dataclass
@@ -279,7 +197,7 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-class Ledger:
+class Ledger(SnapshotTable, DamagedFile):
     """The quarantine ledger at ``path`` (created on first use)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout_s: float = 60.0, *,
@@ -333,39 +251,6 @@ class Ledger:
             self._close_quietly()
             raise
 
-    def _open_read_only(self, cause: BaseException) -> bool:
-        """After an I/O error on open: the same file read-only (``mode=ro``; ``immutable=1`` when no
-        write-ahead log holds unapplied changes), integrity-checked. Writes then raise
-        :class:`LedgerIOError` with the original ``cause``."""
-        wal = self.path.with_name(self.path.name + "-wal")
-        try:
-            wal_empty = not wal.exists() or wal.stat().st_size == 0
-        except OSError:
-            wal_empty = False
-        uri = self.path.resolve().as_uri()
-        for query in ("mode=ro", *(("mode=ro&immutable=1",) if wal_empty else ())):
-            try:
-                conn = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=self._timeout, isolation_level=None,
-                                       check_same_thread=False)
-                conn.row_factory = sqlite3.Row
-                res = str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-            except sqlite3.Error as e:
-                if is_corruption(e):
-                    self._conn = conn
-                    self._quarantine_file(e)
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001
-                    pass
-                continue
-            if res != "ok":
-                self._conn = conn
-                self._quarantine_file(_IntegrityFailure("integrity check: " + res.splitlines()[0]))
-            self._conn = conn
-            self._read_only_cause = _cause(cause)
-            return True
-        return False
-
     @property
     def read_only(self) -> bool:
         """True when the ledger could only be opened for reading (full disk, read-only folder or file)."""
@@ -384,33 +269,6 @@ class Ledger:
         self._conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
         self._conn.execute("PRAGMA synchronous=NORMAL")
-
-    def _quarantine_file(self, err: BaseException) -> None:
-        """Move a damaged ledger (and its WAL side files) aside and raise :class:`LedgerCorruptError`."""
-        try:
-            self._conn.close()
-        except Exception:  # noqa: BLE001 - the connection may never have opened
-            pass
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        side = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        n = 1
-        while side.exists():
-            side = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
-            n += 1
-        moved: Path | None = None
-        try:
-            os.replace(self.path, side)
-            moved = side
-            for suffix in ("-wal", "-shm"):
-                extra = self.path.with_name(self.path.name + suffix)
-                if extra.exists():
-                    os.replace(extra, side.with_name(side.name + suffix))
-        except OSError:
-            moved = None
-        detail = " ".join(str(err).split()) or type(err).__name__
-        where = f"moved to {moved}" if moved else "could not be moved aside"
-        raise LedgerCorruptError(f"quarantine ledger {self.path} is corrupt ({detail}); {where}; "
-                                 "a new empty ledger is started on next use", self.path, moved)
 
     # -- plumbing -----------------------------------------------------------------------------
     def _retry(self, fn: Any) -> Any:
@@ -649,31 +507,6 @@ class Ledger:
     def integrity_check(self) -> str:
         return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
-    # -- audited snapshots of a store (sieve/experiment/stores.py: ``sieve audit SOURCE --since``) ----
-    def add_snapshot(self, snapshot_id: str, *, source: str, corpus_hash: str, index_version: str, n_docs: int,
-                     new_docs: int, parent: str | None = None, state_path: str = "") -> None:
-        """Record an audited snapshot of a store source (again: its state path and time are updated)."""
-        now = time.time()
-        with self._write() as c:
-            c.execute("INSERT INTO snapshots (snapshot_id, source, corpus_hash, index_version, n_docs, new_docs, "
-                      "parent, state_path, created_at) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(snapshot_id) DO "
-                      "UPDATE SET state_path = excluded.state_path, created_at = excluded.created_at",
-                      (snapshot_id, source, corpus_hash, index_version, int(n_docs), int(new_docs), parent,
-                       state_path, now))
-
-    def snapshot(self, snapshot_id: str) -> dict[str, Any] | None:
-        """The recorded snapshot ``snapshot_id`` (a dict of its columns), or None."""
-        with self._db():
-            row = self._conn.execute("SELECT * FROM snapshots WHERE snapshot_id = ?", (snapshot_id,)).fetchone()
-        return dict(row) if row is not None else None
-
-    def snapshots(self, *, source: str | None = None) -> list[dict[str, Any]]:
-        """Recorded snapshots, newest first (of one ``source`` when given)."""
-        sql = "SELECT * FROM snapshots" + (" WHERE source = ?" if source is not None else "") + \
-            " ORDER BY created_at DESC"
-        with self._db():
-            return [dict(r) for r in self._conn.execute(sql, (source,) if source is not None else ())]
-
     list = alerts  # ``ledger.list(state="open")`` (defined last: it shadows the builtin in the class body)
 
 
@@ -689,16 +522,6 @@ def is_ledger_export(path: str | os.PathLike[str]) -> bool:
             return next(csv.reader([fh.readline()]), []) == EXPORT_COLUMNS
     except (OSError, UnicodeDecodeError, csv.Error):
         return False
-
-
-def _looks_damaged_sqlite(path: Path, head: bytes) -> bool:
-    """A SQLite file whose header was overwritten (a ledger hit by corruption, not a user file):
-    the ``.sqlite``/``.db`` suffix and binary content (NUL bytes) in the first page."""
-    if path.suffix.lower() not in (".sqlite", ".sqlite3", ".db"):
-        return False
-    with open(path, "rb") as fh:
-        page = fh.read(4096)
-    return b"\x00" in page
 
 
 def flags_from_decisions(decisions: Iterable[Any], hashes: Mapping[str, str]) -> list[Flag]:
