@@ -130,3 +130,27 @@ def test_two_concurrent_writer_processes(tmp_path):
         assert led.counts() == {"open": 150, "confirmed": 150, "dismissed": 0, "rolled_back": 0}
         n_hist = led._conn.execute("SELECT COUNT(*) FROM history").fetchone()[0]
         assert n_hist == 300 + 150
+
+
+def test_split_modules_keep_every_name_importable_from_sieve_ledger(tmp_path):
+    """sieve.ledger is the public contract: the names moved to sieve/ledger_errors.py and
+    sieve/ledger_snapshots.py are the same objects there, and the snapshots table still works."""
+    import sieve.ledger as ledger
+    import sieve.ledger_errors as errors
+    import sieve.ledger_snapshots as snapshots
+
+    for name in ("LedgerError", "LedgerCorruptError", "LedgerIOError", "is_corruption", "_io_error", "_cause",
+                 "_disk_full", "_IntegrityFailure", "_looks_damaged_sqlite", "_file_stamp", "_VERIFIED"):
+        assert getattr(ledger, name) is getattr(errors, name)
+    assert issubclass(ledger.Ledger, snapshots.SnapshotTable) and issubclass(ledger.LedgerIOError, ledger.LedgerError)
+    for name in ("STATES", "STATE_WORDING", "DETECTOR_FLAG", "TRANSITIONS", "EXCLUSION_POLICIES", "Flag", "Alert",
+                 "HistoryEntry", "alert_id_for", "default_ledger_path", "is_ledger_export", "flags_from_decisions",
+                 "EXPORT_COLUMNS"):
+        assert hasattr(ledger, name)
+    with Ledger(tmp_path / "l.sqlite") as led:
+        led.add_snapshot("S-1", source="chroma:///x?collection=a", corpus_hash="c1", index_version="v", n_docs=10,
+                         new_docs=10)
+        led.add_snapshot("S-2", source="chroma:///x?collection=a", corpus_hash="c2", index_version="v", n_docs=12,
+                         new_docs=2, parent="S-1")
+        assert led.snapshot("S-2")["parent"] == "S-1" and led.snapshot("S-3") is None
+        assert [s["snapshot_id"] for s in led.snapshots(source="chroma:///x?collection=a")] == ["S-2", "S-1"]
