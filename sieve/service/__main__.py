@@ -55,6 +55,22 @@ class StartError(ValueError):
     """A configuration the service cannot start with; the message is one line for users."""
 
 
+def _resources(cfg: Any, texts: list[str]) -> Any:
+    """The models of ``cfg`` with the persistent artifact cache; the tiny models (tests, smoke runs)
+    are fitted on ``texts``."""
+    from sieve.index import ArtifactCache
+    from sieve.models.tiny import TESTING_RETRIEVER
+
+    cache = ArtifactCache.default(cfg)
+    if cfg.models.retriever == TESTING_RETRIEVER:   # every role tiny
+        from sieve.testing_models import tiny_resources
+
+        return tiny_resources(cfg, texts, cache=cache)
+    from sieve.resources import Resources
+
+    return Resources(cfg, cache=cache)
+
+
 def _store_experiment(a: argparse.Namespace, cfg: Any, ledger: Path) -> Any:
     """The experiment over a store source (sieve/experiment/stores.py), with the clean queries of
     ``--calibration`` when given (a store has none). When the store names the model of its vectors
@@ -63,8 +79,7 @@ def _store_experiment(a: argparse.Namespace, cfg: Any, ledger: Path) -> Any:
     import copy
 
     from sieve.corpus import load_dataset
-    from sieve.experiment.stores import open_store, store_dataset
-    from sieve.experiment.workspace import make_resources
+    from sieve.experiment.stores import open_store
     from sieve.stores.readers import read_store
     from sieve.stores.uri import parse_store_uri
     from sieve.stores.vectors import same_model
@@ -87,7 +102,7 @@ def _store_experiment(a: argparse.Namespace, cfg: Any, ledger: Path) -> Any:
             cfg.models.retriever, cfg.models.judge = trial.models.retriever, trial.models.judge
         except Exception:  # noqa: BLE001 - a model Sieve does not have: the gate says so, Sieve re-embeds
             pass
-    res = make_resources(cfg, store_dataset(corpus))
+    res = _resources(cfg, [d.text for d in corpus.documents])
     exp, src = open_store(uri, res, store_model=a.store_model, reembed=a.reembed, progress=True,
                           ledger_path=ledger, quarantine=a.quarantine, corpus=corpus)
     print(f"store {uri.canonical()}: {len(src.corpus)} documents; vectors: {src.decision.reason}",
@@ -124,7 +139,6 @@ def build_state(a: argparse.Namespace) -> tuple[Any, str | None, Path]:
     from sieve.config import SieveConfig
     from sieve.corpus import load_dataset
     from sieve.experiment import Experiment
-    from sieve.experiment.workspace import make_resources
     from sieve.ledger import default_ledger_path
     from sieve.models.tiny import TESTING_RETRIEVER
     from sieve.service.app import ServiceState
@@ -145,7 +159,7 @@ def build_state(a: argparse.Namespace) -> tuple[Any, str | None, Path]:
         exp = _store_experiment(a, cfg, ledger)
     else:
         ds = load_dataset(Path(a.dataset))
-        exp = Experiment(ds, make_resources(cfg, ds), ledger_path=ledger, quarantine=a.quarantine, persist=True,
+        exp = Experiment(ds, _resources(cfg, [d.text for d in ds.documents]), ledger_path=ledger, quarantine=a.quarantine, persist=True,
                          progress=True)
     specs = [s.strip() for s in a.preload.split(",") if s.strip()]
     check_calibration(exp, specs, a.dataset)

@@ -1,13 +1,16 @@
 """``sieve serve`` under load and bad configuration (issue 26, bullet 4): typed params (422 naming
 the field), ``--ledger`` checked at start, an unreadable or vanished ledger answered 503 naming it
 (never an empty quarantine), ``/healthz`` without the ledger path unless the token is given, a bounded
-prepared-defense cache, a refused request for a model that was not loaded, and a real uvicorn process
-under a concurrent burst: shed requests answered within 1 s with ``Retry-After``, SIGTERM honoured
-within a few seconds."""
+prepared-defense cache, a refused request for a model that was not loaded, cancellation at the
+endpoints' safe points, a default defense that needs no LLM, and a real uvicorn process under a
+concurrent burst: every request answered (200, or 503 with ``Retry-After``, counted in /metrics) and
+SIGTERM honoured. How fast is measured by ``sieve bench serve`` (sieve/bench/serve_bench.py), not
+asserted here: no test depends on timing or load."""
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,7 +23,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sieve.ledger import Ledger
-from sieve.service import ServiceState, create_app
+from sieve.service import Limits, ServiceState, create_app
 from sieve.service.limits import LRUDefenses
 from tests.service.conftest import request_body
 
@@ -116,6 +119,57 @@ def test_a_request_never_loads_a_model(tiny_experiment):
     assert st.missing_models("tris_l2") == []
 
 
+def _metric(text: str, name: str, labels: str) -> float:
+    m = re.search(rf"^{name}\{{{labels}\}} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_an_abandoned_request_stops_at_a_safe_point_and_does_nothing(tiny_experiment, fresh_ledger, pr_b_ranking):
+    # a run deadline every request has passed by its first safe point: nothing is filtered, nothing recorded
+    st = ServiceState.build(tiny_experiment, ledger_path=fresh_ledger, clean_limit=10,
+                            limits=Limits(run_deadline_s=1e-9))
+    c = TestClient(create_app(st))
+    r = c.post("/v1/filter", json=request_body(pr_b_ranking, "tris_l2"))
+    assert r.status_code == 503 and r.headers.get("retry-after"), r.text
+    assert "run deadline" in r.json()["detail"][0]["msg"]
+    r = c.post("/v1/audit", json={"condition": "script"})
+    assert r.status_code == 503, r.text
+    with Ledger(fresh_ledger) as led:
+        assert led.counts().get("open", 0) == 0             # the cancelled audit recorded no flag
+    text = c.get("/metrics").text
+    assert _metric(text, "sieve_admission_total", 'outcome="cancelled"') == 2
+    assert _metric(text, "sieve_documents_total", 'defense="tris_l2"') == 0   # the defense never ran
+
+
+def test_the_default_defense_and_preload_need_no_llm(tiny_experiment, fresh_ledger, pr_b_ranking):
+    from sieve.adapters.client import DEFAULT_DEFENSE
+    from sieve.registry import DEFENSES
+    from sieve.resources import _UNSET
+    from sieve.service.__main__ import DEFAULT_PRELOAD, parser
+    from sieve.service.schemas import FilterRequest
+
+    preload = DEFAULT_PRELOAD.split(",")
+    request_default = FilterRequest.model_fields["defense"].default
+    assert parser().parse_args(["d"]).preload == DEFAULT_PRELOAD
+    assert request_default == DEFAULT_DEFENSE and request_default in preload and "fusion" in preload
+    for spec in preload:
+        assert "llm" not in DEFENSES.entry(spec).needs, spec
+    res = tiny_experiment.resources
+    was = getattr(res, "_llm", _UNSET)
+    try:
+        res._llm = _UNSET                                 # as a fresh server: no LLM loaded
+        st = ServiceState.build(tiny_experiment, ledger_path=fresh_ledger, clean_limit=10)
+        st.warm(preload)
+        body = request_body(pr_b_ranking, "x")
+        del body["defense"]                               # the request default
+        r = TestClient(create_app(st)).post("/v1/filter", json=body)
+        assert r.status_code == 200 and r.json()["defense"] == "tris_l2", r.text
+        assert r.json()["removed"]                        # pr_b's poisons repeat the query: L2 removes them
+        assert getattr(res, "_llm", _UNSET) is _UNSET     # preparing and serving never loaded the LLM
+    finally:
+        res._llm = was
+
+
 # -- a real uvicorn process ----------------------------------------------------------------------------
 
 def _free_port() -> int:
@@ -124,7 +178,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_burst_is_shed_fast_and_sigterm_is_honoured_under_load(tmp_path, demo_dataset, tiny_experiment):
+def test_a_cold_burst_is_answered_and_sigterm_is_honoured_under_load(tmp_path, demo_dataset, tiny_experiment):
     import httpx
 
     port = _free_port()
@@ -156,30 +210,31 @@ def test_burst_is_shed_fast_and_sigterm_is_honoured_under_load(tmp_path, demo_da
             r = httpx.post(url + "/v1/filter", json=body, timeout=60)
             return r.status_code, time.perf_counter() - t0, r.headers.get("retry-after")
 
+        # a cold burst of 40 on a fresh server (1 worker, 4 queued): every request is answered — none
+        # hits the client's 60 s hang guard — either 200 or 503 with Retry-After
         with cf.ThreadPoolExecutor(40) as ex:
             results = list(ex.map(one, range(40)))
         codes = [c for c, _, _ in results]
         assert set(codes) <= {200, 503}, codes
-        assert codes.count(200) >= 1
-        shed = [(t, ra) for c, t, ra in results if c == 503]
-        assert all(ra for _, ra in shed)
-        # a request that found the queue full is answered at once
-        fast = [t for t, _ in shed]
-        assert not fast or min(fast) < 1.0, fast
-        # SIGTERM during a second burst: the process exits within a few seconds
+        assert codes.count(200) >= 1 and codes.count(503) >= 1, codes   # 40 > 1 running + 4 queued
+        assert all(ra and int(ra) >= 1 for c, _, ra in results if c == 503)
+        text = httpx.get(url + "/metrics", timeout=60).text
+        assert _metric(text, "sieve_admission_total", 'outcome="shed"') == codes.count(503)
+        assert _metric(text, "sieve_requests_total", 'method="POST",route="/v1/filter",status="200"') == codes.count(200)
+        # SIGTERM during a second burst: the process exits (the 60 s wait is a hang guard only)
         with cf.ThreadPoolExecutor(20) as ex:
             futs = [ex.submit(one, i) for i in range(20)]
             time.sleep(0.3)
-            t0 = time.monotonic()
             proc.send_signal(signal.SIGTERM)
-            proc.wait(15)
-            took = time.monotonic() - t0
+            proc.wait(60)
             for f in futs:
                 try:
-                    f.result(timeout=20)
+                    f.result(timeout=60)
                 except httpx.HTTPError:
                     pass
-        assert took < 8.0, took
+        # uvicorn re-raises the signal after its graceful shutdown: the process ends by SIGTERM (or exits 0)
+        assert proc.returncode in (0, -signal.SIGTERM), (tmp_path / "server.log").read_text()[-2000:]
+        assert "Traceback" not in (tmp_path / "server.log").read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
