@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,9 +29,9 @@ DEMO = ROOT / "demo_data"
 FAMILY = "script"
 
 
-@pytest.fixture(scope="module")
-def chroma_source(tmp_path_factory):
-    """A persistent Chroma collection with the demo corpus + the script poisons, tiny-hashing vectors."""
+def _filled(scheme: str, where: Path) -> tuple[str, list]:
+    """A real embedded store (Chroma persistent client, Qdrant local mode or LanceDB) holding the demo
+    corpus + the script poisons with tiny-hashing vectors."""
     from sieve.corpus import load_dataset
     from sieve.models.tiny import HashingEmbedder
     from sieve.stores.fill import fill_store
@@ -38,27 +39,34 @@ def chroma_source(tmp_path_factory):
     ds = load_dataset(DEMO)
     docs = list(ds.documents) + list(ds.attack_documents(FAMILY))
     vecs = HashingEmbedder(dim=64).encode([d.model_text() for d in docs])
-    where = tmp_path_factory.mktemp("store")
-    src = f"chroma://{where}/chroma?collection=demo"
+    key = "table" if scheme == "lancedb" else "collection"
+    src = f"{scheme}://{where}/{scheme}?{key}=demo"
     fill_store(src, docs, vecs, model="tiny-hashing")
     return src, docs
+
+
+@pytest.fixture(scope="module")
+def chroma_source(tmp_path_factory):
+    return _filled("chroma", tmp_path_factory.mktemp("store"))
+
+
+def _confirmed(led: Path, docs: list) -> tuple[Path, Any, Any]:
+    poison = next(d for d in docs if d.poison)
+    clean = docs[0]
+    with Ledger(led) as ledger:
+        ledger.add_flags([Flag(poison.id, content_hash(poison.text), 0.9, 0.5, {}, "mixed scripts"),
+                          Flag(clean.id, content_hash(clean.text), 0.6, 0.5, {}, "false alarm")],
+                         detector="rsg")
+        by_doc = {a.doc_id: a for a in ledger.list()}
+        ledger.confirm(by_doc[poison.id].alert_id, who="analyst", why="attacker answer")
+        ledger.dismiss(by_doc[clean.id].alert_id, who="analyst", why="fine")
+    return led, poison, clean
 
 
 @pytest.fixture
 def confirmed_ledger(tmp_path, chroma_source):
     """A ledger in which one poison's alert is confirmed and one clean document's alert dismissed."""
-    _, docs = chroma_source
-    poison = next(d for d in docs if d.poison)
-    clean = docs[0]
-    led = tmp_path / "ledger.sqlite"
-    with Ledger(led) as ledger:
-        ledger.add_flags([Flag(poison.id, content_hash(poison.text), 0.9, 0.5, {}, "mixed scripts"),
-                          Flag(clean.id, content_hash(clean.text), 0.6, 0.5, {}, "false alarm")],
-                         detector="rsg", corpus_id="chroma-demo")
-        by_doc = {a.doc_id: a for a in ledger.list()}
-        ledger.confirm(by_doc[poison.id].alert_id, who="analyst", why="attacker answer")
-        ledger.dismiss(by_doc[clean.id].alert_id, who="analyst", why="fine")
-    return led, poison, clean
+    return _confirmed(tmp_path / "ledger.sqlite", chroma_source[1])
 
 
 def _body(docs, query: str, defense: str = "none") -> dict:
@@ -66,15 +74,16 @@ def _body(docs, query: str, defense: str = "none") -> dict:
             "documents": [{"id": d.id, "text": d.text, "title": d.title} for d in docs]}
 
 
-def test_filter_over_a_store_backed_service_excludes_a_confirmed_alert(chroma_source, confirmed_ledger, tmp_path,
-                                                                       monkeypatch):
+@pytest.mark.parametrize("scheme", ["chroma", "qdrant", "lancedb"])
+def test_filter_over_a_store_backed_service_excludes_a_confirmed_alert(scheme, tmp_path, monkeypatch):
+    pytest.importorskip({"chroma": "chromadb", "qdrant": "qdrant_client", "lancedb": "lancedb"}[scheme])
     monkeypatch.setenv("SIEVE_CACHE_DIR", str(tmp_path / "cache"))
-    src, docs = chroma_source
-    led, poison, clean = confirmed_ledger
+    src, docs = _filled(scheme, tmp_path / "store")
+    led, poison, clean = _confirmed(tmp_path / "ledger.sqlite", docs)
     a = parser().parse_args([src, "--retriever", "tiny-hashing", "--store-model", "tiny-hashing", "--ledger", str(led),
                              "--preload", "tris_l2"])
     state, _, _ = build_state(a)
-    assert state.experiment.dataset.name == "chroma-demo"
+    assert state.experiment.dataset.name == f"{scheme}-demo"
     assert len(state.experiment.dataset.documents) == len(docs)
     c = TestClient(create_app(state))
     assert c.get("/healthz").json()["documents"] == len(docs)
