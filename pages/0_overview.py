@@ -29,7 +29,9 @@ with state.page_guard("Overview"):
         "(*Class mode* runs the whole demo in under a minute).\n"
         "3. **Your own corpus** — on *Corpus & index*, upload a `.jsonl` (one `{\"id\", \"text\", \"title\"}` "
         "per line), `.csv` or `.parquet` file, or open a dataset folder (`corpus.jsonl`, optional `queries.jsonl`); "
-        "every page then works on it. From the command line: `sieve index DATASET --precompute`."
+        "every page then works on it: type your own queries on the *Query explorer*, and give it a few clean "
+        "questions your corpus answers to calibrate the defenses that learn a threshold (a corpus without "
+        "`queries.jsonl` has none of its own). From the command line: `sieve index DATASET --precompute`."
     )
     c1, c2, c3 = st.columns(3)
     c1.info("**Analysts** — start at *Alerts* (quarantine queue) and *Query explorer* (why was a passage removed?).")
@@ -65,9 +67,19 @@ with state.page_guard("Overview"):
         labels = {"queries": "n (queries)", "poison_in_context_rate": "poison in context",
                   "poison_removal_rate": "poison removal", "clean_removal_rate": "clean removal", "auroc": "AUROC",
                   "asr": "ASR", "clean_acc": "clean accuracy", "latency_ms_p50": "latency p50 (ms)"}
-        st.dataframe(T.shown(df[cols], "n/a"), hide_index=True, width="stretch",
-                     column_config={c: st.column_config.Column(labels.get(c, c), help=METRIC_HELP.get(c, ""))
-                                    for c in cols})
+        config = {c: st.column_config.Column(labels.get(c, c), help=METRIC_HELP.get(c, "")) for c in cols}
+        st.dataframe(T.shown(df[cols], "n/a"), hide_index=True, width="stretch", column_config=config)
+        from sieve.dashboard.runs import default_roc_run
+
+        roc = default_roc_run()
+        if "fusion" not in set(df.get("defense", [])) and roc is not None and S.is_demo_dataset(ds):
+            det = pd.DataFrame([r for r in state.run_summary(str(roc)).get("results", []) if r.get("defense") == "fusion"])
+            if not det.empty:
+                st.caption(f"Sieve's recommended fusion, from the detection run {md(S.display_path(roc))} (every "
+                           "attack target, no generated answers, so ASR and clean accuracy are n/a):")
+                dcols = [c for c in cols if c in det.columns]
+                st.dataframe(T.shown(det[dcols], "n/a"), hide_index=True, width="stretch",
+                             column_config={c: config[c] for c in dcols})
     with st.expander("About the methods"):
         from sieve.dashboard.glossary import methods_table
 

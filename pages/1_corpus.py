@@ -29,13 +29,20 @@ def _dataset_errors(e) -> None:
 with state.page_guard("Corpus & index"):
     from sieve.corpus import DatasetError
 
+    def _switched(message: str) -> None:
+        """A new dataset: no demo question, condition or cached result carries over to it."""
+        st.session_state["condition"] = S.CLEAN
+        st.session_state["query_text"], st.session_state["query_id"] = "", ""
+        st.session_state.pop("explore_cache", None)
+        st.session_state["corpus_flash"] = message
+
     source = st.radio("Dataset", ["Bundled demo", "Dataset directory or file path", "Upload a corpus file"],
                       horizontal=True, key="corpus_source")
     if source == "Bundled demo":
         if st.button("Use the bundled demo", key="use_demo"):
             st.session_state["uploaded_dataset"] = None
             st.session_state["dataset_path"] = str(S.default_dataset_path())
-            st.session_state["condition"] = S.CLEAN
+            _switched("Switched to the bundled demo.")
     elif source == "Dataset directory or file path":
         path = st.text_input("Path", value=st.session_state["dataset_path"], key="path_input",
                              help="A Sieve dataset directory (corpus.jsonl, queries.jsonl, …), a BEIR directory, "
@@ -48,17 +55,19 @@ with state.page_guard("Corpus & index"):
             else:
                 st.session_state["uploaded_dataset"] = None
                 st.session_state["dataset_path"] = path
-                st.session_state["condition"] = S.CLEAN
-                st.success("Loaded " + md(path))
+                _switched(f"Loaded {path}: every page now works on it.")
     else:
         up = st.file_uploader("Corpus file (.jsonl with id/text[/title], .csv, .parquet)",
                               type=["jsonl", "csv", "parquet"], key="upload")
         if up is not None and st.button("Load upload", key="load_upload"):
             try:
-                st.session_state["uploaded_dataset"] = S.dataset_from_upload(up.name, up.getvalue())
-                st.session_state["condition"] = S.CLEAN
+                loaded = S.dataset_from_upload(up.name, up.getvalue())
             except DatasetError as e:
                 _dataset_errors(e)
+            else:
+                st.session_state["uploaded_dataset"] = loaded
+                _switched(f"Loaded {up.name}: {len(loaded.documents)} documents, {len(loaded.queries)} questions. "
+                          "Every page now works on it: type your own queries on the Query explorer.")
 
     try:
         ds = state.dataset()
@@ -67,6 +76,9 @@ with state.page_guard("Corpus & index"):
         st.info("Choose another dataset above (the bundled demo always works).")
         st.stop()
 
+    flash = st.session_state.pop("corpus_flash", None)
+    if flash:
+        st.success(md(flash))
     stats = S.corpus_stats(ds)
     st.subheader(md(ds.name))
     st.caption(md(stats["summary"]))
@@ -122,7 +134,13 @@ with state.page_guard("Corpus & index"):
             a[3].metric("poisons flagged", f"{int(pois['flagged'].sum())} / {len(pois)}")
         else:
             a[3].metric("audit time", f"{ms:.0f} ms")
-        st.dataframe(flagged.sort_values("score", ascending=False), hide_index=True, width="stretch")
-        if st.button("Record these flags in the quarantine ledger", key="record_flags"):
-            n, added = A.record_audit_flags(report, ds.name, state.ledger())
-            st.success(f"{n:d} flags, {added:d} new open alerts — triage them on the *Alerts* page.")
+        if len(flagged):
+            st.dataframe(T.shown(flagged.sort_values("score", ascending=False)), hide_index=True, width="stretch",
+                         column_config={**{c: st.column_config.Column(c, help=h) for c, h in A.AUDIT_COLUMN_HELP.items()
+                                           if c in flagged.columns},
+                                        "id": T.id_column("id", flagged["id"].tolist())})
+            if st.button(f"Record these {len(flagged)} flags in the quarantine ledger", key="record_flags"):
+                n, added = A.record_audit_flags(report, ds.name, state.ledger())
+                st.success(f"{n:d} flags, {added:d} new open alerts — triage them on the *Alerts* page.")
+        else:
+            st.info("RSG flags no document of this snapshot: nothing to record in the quarantine ledger.")

@@ -13,8 +13,8 @@ from sieve.dashboard import glossary as Gl
 from sieve.dashboard import session as S
 from sieve.dashboard import state
 from sieve.dashboard import tables as T
-from sieve.dashboard.safe import highlight_segments, highlighted_html, md, snippet
-from sieve.experiment.explain import FUSION_TERMS, TERMS, with_ledger_state
+from sieve.dashboard.safe import anchor_words, highlight_segments, highlighted_html, md, snippet
+from sieve.experiment.explain import TERMS, with_ledger_state
 from sieve.runtime import configure_process_environment
 
 configure_process_environment()   # also when this page runs on its own (AppTest, benches)
@@ -27,8 +27,9 @@ TRIS_SPECS = ("tris", "tris_l1", "tris_l2", "tris_full", "tris_l3")
 
 
 def params_for(spec: str, knobs: dict) -> dict:
-    """The knobs that apply to one defense spec (registered presets keep their own layer switches)."""
-    p: dict = {}
+    """The knobs that apply to one defense spec (registered presets keep their own layer switches),
+    plus a threshold the analyst set by hand for it (a corpus without clean questions)."""
+    p: dict = dict(st.session_state["params"].get("_manual", {}).get(spec, {}))
     if spec in ("rsq", "rsg_rsq"):
         p["eta_q"] = knobs["eta_q"]
     if spec in TRIS_SPECS:
@@ -47,9 +48,11 @@ with state.page_guard("Query explorer"):
                 [(q.id, q.text) for q in ds.queries if q.id not in targets]
 
     c1, c2 = st.columns([3, 1])
+    PICK, TYPE = "Pick a question of the dataset", "Type a query"
     with c1:
-        mode = st.radio("Query", ["Pick a demo question", "Type a query"], horizontal=True, key="q_mode")
-        if mode == "Pick a demo question" and questions:
+        # a corpus without questions (an upload) offers typing only, and no demo question carries over
+        mode = st.radio("Query", [PICK, TYPE] if questions else [TYPE], horizontal=True, key=f"q_mode_{bool(questions)}")
+        if mode == PICK and questions:
             labels = [f"{qid} — {snippet(text, 90)}" for qid, text in questions]
             prev = st.session_state.get("query_id")
             idx = next((i for i, (qid, _) in enumerate(questions) if qid == prev), 0)
@@ -58,7 +61,8 @@ with state.page_guard("Query explorer"):
             query_id, query = questions[pick]
         else:
             query = st.text_input("Your query", value=st.session_state.get("query_text") or
-                                  (questions[0][1] if questions else ""), key="q_text")
+                                  (questions[0][1] if questions else ""), key=f"q_text_{ds.content_hash()[:12]}",
+                                  placeholder="Type a question your corpus should answer")
             query_id = next((qid for qid, t in questions if t.strip() == query.strip()), "")
     with c2:
         cond = st.selectbox("Attack condition", conds, key="x_condition",
@@ -93,8 +97,48 @@ with state.page_guard("Query explorer"):
         st.session_state["params"]["_knobs"] = knobs
         st.session_state["k_ctx"] = k_ctx
 
+    # ---- defenses that cannot run on this corpus: said where it shows, with the controls to fix it ----
+    failed: dict[str, tuple[str | None, Exception]] = {}
+    for spec in chosen:
+        try:
+            with st.spinner(f"Preparing {md(spec)} (first time only; then cached)…"):
+                state.defense(spec, cond, params_for(spec, knobs))
+        except Exception as e:  # noqa: BLE001 - shown below, the other defenses still run
+            failed[spec] = (S.calibration_fix(spec, e), e)
+    if failed or state.clean_questions():
+        for spec, (fix, err) in failed.items():
+            if fix:
+                st.error(md(fix))
+            else:
+                st.error(f"{md(spec)} could not be prepared: " + state.friendly(err))
+        with st.container(border=True):
+            st.write("**Calibrate on your own questions**")
+            st.caption("Defenses learn their thresholds from clean questions (questions whose retrieved passages are "
+                       "not attacked). This corpus has none of its own: type a few questions it answers, one per "
+                       "line (5 or more give steadier thresholds).")
+            typed = st.text_area("Clean questions (one per line)", value="\n".join(state.clean_questions()),
+                                 key="x_calib_questions", height=120)
+            if st.button("Calibrate", key="x_calibrate", type="primary"):
+                state.set_clean_questions(typed.splitlines())
+                st.session_state.pop("explore_cache", None)
+                st.rerun()
+            manual = st.session_state["params"].setdefault("_manual", {})
+            for spec in failed:
+                fix = S.manual_threshold(spec)
+                if fix is None:
+                    continue
+                param, default = fix
+                cur = manual.get(spec, {}).get(param)
+                val = st.number_input(md(f"{spec} threshold ({param}), instead of calibrating"), value=float(
+                    default if cur is None else cur), key=f"x_thr_{spec}", format="%.3f")
+                if st.button(md(f"Use this threshold for {spec}"), key=f"x_thr_go_{spec}"):
+                    manual[spec] = {param: float(val)}
+                    st.session_state.pop("explore_cache", None)
+                    st.rerun()
+    chosen = [c for c in chosen if c not in failed]
+
     if not query.strip():
-        st.info("Type a query or pick a demo question.")
+        st.info("Type a query" + (" or pick a question of the dataset." if questions else " above."))
         st.stop()
 
     snap = state.view(cond)
@@ -104,18 +148,13 @@ with state.page_guard("Query explorer"):
                    f"excluded from retrieval here ({n_pois:d} of them poisons of this condition), so fewer passages "
                    "— and fewer poisons — appear than in the raw corpus. [Review or roll them back on Alerts](/alerts).")
     key = json.dumps([ds.name, ds.content_hash()[:12], query, query_id, cond, chosen, knobs, k_ctx,
-                      sorted(snap.excluded)], sort_keys=True)
+                      sorted(snap.excluded), state.clean_questions(), st.session_state["params"].get("_manual", {})],
+                     sort_keys=True)
     cache = st.session_state.setdefault("explore_cache", {})
     if key not in cache:
         with st.status("Running retrieval and defenses…", expanded=False) as status:
             status.update(label="Loading models and index (first time only)…")
-            defs = {}
-            for spec in chosen:
-                status.update(label=f"Preparing {md(spec)}…")
-                try:
-                    defs[spec] = state.defense(spec, cond, params_for(spec, knobs))
-                except Exception as e:  # noqa: BLE001
-                    st.warning(f"{md(spec)} could not be prepared: " + state.friendly(e))
+            defs = {spec: state.defense(spec, cond, params_for(spec, knobs)) for spec in chosen}   # prepared above
             base = {"none": state.defense("none", cond)}
             status.update(label="Ranking and applying defenses…")
             result = E.explore(state.experiment(), query, cond, {**base, **defs}, query_id, k_ctx)
@@ -144,10 +183,17 @@ with state.page_guard("Query explorer"):
         [c for n in shown for c in (n, f"{n} margin")] + ["text"]
     cols = [c for c in cols if c in table.columns]
     col_help = Gl.ranking_column_help(cols, list(result.results))
-    st.dataframe(T.shown(table[cols], "", 4), hide_index=True, width="stretch", height=420,
+    st.dataframe(T.shown(table[cols], "", 4), hide_index=True, width="stretch",
+                 height=min(420, 38 + 35 * max(1, len(table))),   # no blank rows below a short ranking
                  column_config={**{c: st.column_config.Column(c, help=h) for c, h in col_help.items()},
                                 "id": T.id_column("id", table["id"].tolist(), help=col_help.get("id"))})
-    st.caption("margin = score − threshold (positive = on the removal side).")
+    st.caption("margin = score − threshold (positive = on the removal side); blank where the defense did not "
+               "examine the passage or has no threshold (TRIS L1 removes a whole cluster).")
+    for n, r in result.results.items():   # a paper's method that removes relevant passages by design
+        cost, run_label = state.clean_cost(n) if E.l1_removals(r) else (None, "")
+        note = E.l1_note(n, r, ranking, cost, run_label)
+        if note:
+            st.info(md(note))
 
     st.subheader("Document evidence")
     docs = ranking.documents[:20]
@@ -163,11 +209,17 @@ with state.page_guard("Query explorer"):
     eta = knobs["eta_q"]
     tabs = st.tabs(["Text & anchors", "RSQ evidence", "Surprisal trace", "Alignment curve", "TRIS layers", "Decisions"])
     with tabs[0]:
-        anchors = (ev or {}).get("anchor", {}).get("anchors", []) if ev else []
+        raw_anchors = (ev or {}).get("anchor", {}).get("anchors", []) if ev else []
+        anchors = anchor_words(raw_anchors)
         if anchors:
-            st.caption("Anchor tokens that drove E_a (shared by several top-5 passages, rare in ranks 6–20): "
-                       + md(", ".join(anchors)))
+            st.caption("Anchor tokens that drove E_a (shared by several top-5 passages, rare in ranks 6–20), "
+                       "highlighted as whole words: " + md(", ".join(anchors))
+                       + (" (function words such as 'are' or 'can' are counted by RSQ but not highlighted)"
+                          if len(anchors) < len(raw_anchors) else ""))
             st.html(highlighted_html(highlight_segments(doc.text, anchors)))
+        elif raw_anchors:
+            st.caption("RSQ's anchor tokens for this passage are function words only (" + md(", ".join(raw_anchors))
+                       + "): nothing to highlight.")
         st.caption("Document text (verbatim, never rendered as HTML or markdown):")
         st.text(doc.text)
     with tabs[1]:
@@ -188,12 +240,13 @@ with state.page_guard("Query explorer"):
             st.info("RSQ needs at least 20 retrieved documents.")
     with tabs[2]:
         if ev:
-            st.plotly_chart(F.surprisal_trace(ev), width="stretch")
+            st.plotly_chart(F.surprisal_trace(ev, doc=f"#{doc.rank} {doc.id}"), width="stretch")
+            st.caption(F.SURPRISAL_HELP)
         else:
             st.info("Surprisal traces are shown for RSQ candidates (ranks 1–5).")
     with tabs[3]:
         if ev:
-            st.plotly_chart(F.alignment_curve(ev), width="stretch")
+            st.plotly_chart(F.alignment_curve(ev, doc=f"#{doc.rank} {doc.id}"), width="stretch")
         else:
             st.info("Alignment curves are shown for RSQ candidates (ranks 1–5).")
     with tabs[4]:
@@ -220,14 +273,14 @@ with state.page_guard("Query explorer"):
             vals, ps = fused.evidence["values"], fused.evidence.get("p_values", {})
             st.caption("Fusion: each evidence value and its p-value against clean passages (lower p is more "
                        "suspicious); the reason above names those with p ≤ 0.05.")
-            st.dataframe(pd.DataFrame([{"evidence": k, "value": round(float(v), 3),
-                                        "p": None if ps.get(k) is None else round(float(ps[k]), 3),
-                                        "meaning": FUSION_TERMS.get(k, "")} for k, v in vals.items()]),
+            st.dataframe(T.shown(pd.DataFrame([{"evidence": k, "value": round(float(v), 3),
+                                                "p": None if ps.get(k) is None else round(float(ps[k]), 3),
+                                                "meaning": Gl.FUSION_HELP.get(k, "")} for k, v in vals.items()])),
                          hide_index=True, width="stretch",
                          column_config={"evidence": st.column_config.Column("evidence", help="Evidence name (see meaning)."),
                                         "value": st.column_config.NumberColumn("value", help="The evidence value, in "
                                                                                "the units given under meaning."),
-                                        "p": st.column_config.NumberColumn("p", help=FUSION_TERMS["p"]),
+                                        "p": st.column_config.NumberColumn("p", help=Gl.FUSION_HELP["p"]),
                                         "meaning": st.column_config.Column("meaning", help="What the evidence measures, "
                                                                            "its range and which direction is suspicious.")})
 

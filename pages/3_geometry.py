@@ -3,10 +3,12 @@ corpus in retriever space coloured by RSG density contrast, with a document's ne
 import pandas as pd
 import streamlit as st
 
+from sieve.dashboard import alerts as A
 from sieve.dashboard import figures as F
 from sieve.dashboard import geometry as G
 from sieve.dashboard import session as S
 from sieve.dashboard import state
+from sieve.dashboard import tables as T
 from sieve.dashboard.safe import md, snippet
 from sieve.experiment.explain import TERMS, explain_audit
 from sieve.runtime import configure_process_environment
@@ -28,6 +30,13 @@ with state.page_guard("Geometry"):
                       help="PCA is instant and the default. UMAP (cosine) draws the papers' figures but the first "
                            "UMAP in a process compiles its kernels (about 45 s on 2 cores), later ones take seconds.")
     m = method.lower()
+    # the quarantine ledger, read as the Query explorer reads it: open / confirmed alerts are excluded from
+    # retrieval (so never in a query's top-k), dismissed / rolled-back documents are restored
+    ledger_state = A.ledger_states(state.ledger())
+    snap = state.view(cond)
+    computing = ("Ranking, clustering and computing the UMAP projection (the first UMAP in a process compiles its "
+                 "kernels: about a minute on 2 cores; every projection is cached afterwards)…" if m == "umap" else
+                 "Ranking, clustering and computing the PCA projection…")
 
     # -- judge space of one query ------------------------------------------------------------------
     st.subheader("Top-k of a query in the TRIS judge space")
@@ -40,7 +49,7 @@ with state.page_guard("Geometry"):
         query_id = next((q.id for q in ds.queries if q.text.strip() == query.strip()), "")
     k = st.slider("top-k", 10, 50, 50, 5, key="g_k")
     if query.strip():
-        with st.spinner("Ranking and clustering in the judge space…"):
+        with st.spinner(computing):
             res = state.resources()
             ranking = state.experiment().rank(query, condition=cond, query_id=query_id, depth=k)
             tris = state.defense("tris_l1", cond).apply(ranking, res)
@@ -49,20 +58,26 @@ with state.page_guard("Geometry"):
 
             ckey = content_hash("|".join(d.hash for d in ranking.documents) + res.judge.model_id)
             xy = state.projection(ckey, m, emb, min(10, max(2, len(ranking.documents) - 1)))
-            df = G.judge_geometry(ranking, res, tris, k, xy=xy)
-        st.plotly_chart(F.judge_space(df), width="stretch")
-        st.caption("TRIS L1: " + md(tris.info.get("l1", {}).get("reason", "")) + " · ✕ = poison · green ring = kept majority")
+            df = G.judge_geometry(ranking, res, tris, k, xy=xy, ledger=ledger_state)
+        st.plotly_chart(F.judge_space(df, query), width="stretch")
+        st.caption("TRIS L1: " + md(tris.info.get("l1", {}).get("reason", "")) + " · ✕ = poison · green ring = kept majority"
+                   " · square = excluded by the quarantine ledger · diamond = restored by an analyst")
+        if snap.excluded:
+            st.warning(f"Quarantine is active: {len(snap.excluded):d} document(s) with open or confirmed alerts are "
+                       "excluded from retrieval, so they are not in this top-k (as on the Query explorer). They are "
+                       "marked with squares in the corpus map below. [Review or roll them back on Alerts](/alerts).")
 
     # -- corpus in retriever space -------------------------------------------------------------------
     st.subheader("Corpus in retriever space (RSG density contrast)")
-    with st.spinner("Auditing and projecting the snapshot…"):
+    with st.spinner("Auditing the snapshot (RSG) and " + ("computing its UMAP projection (cached afterwards)…"
+                                                           if m == "umap" else "computing its PCA projection…")):
         view = state.view(cond).index
         audit = state.audit(cond).audit
         from sieve.corpus import corpus_hash
 
         ckey = corpus_hash(view.documents) + view.model_id
         xy = state.projection(ckey, m, view.vectors)
-        cdf = G.corpus_geometry(view, audit, xy=xy)
+        cdf = G.corpus_geometry(view, audit, xy=xy, ledger=ledger_state)
     flagged_set = set(audit.flagged_ids)
     flagged_ids = sorted(flagged_set, key=lambda i: -float(audit.density[audit.index_of(i)]))
     ids = flagged_ids + [i for i in view.ids if i not in flagged_set]   # densest flagged first
@@ -94,11 +109,23 @@ with state.page_guard("Geometry"):
     selected = st.session_state[sel_key]
     st.plotly_chart(F.corpus_density(cdf, selected, audit.row(selected)), width="stretch", on_select=_on_click,
                     selection_mode="points", key=plot_key)
+    n_excl = int(cdf["ledger"].str.startswith("excluded").sum())
+    n_rest = int(cdf["ledger"].str.startswith("restored").sum())
     st.caption("Colour = density contrast D (help on the metric below) · red ring = flagged by RSG · red ✕ = poison "
-               "(attack document of this condition) · ★ = selected. Click a point to select it.")
-    st.selectbox("Document (or click a point)", ids, key=pick_key, on_change=_on_pick,
-                 format_func=lambda i: f"{i} (flagged)" if i in flagged_set else str(i))
+               "(attack document of this condition) · ★ = selected · black square = excluded from retrieval by the "
+               f"quarantine ledger ({n_excl:d} here) · blue diamond = restored by an analyst ({n_rest:d} here). "
+               "Click a point to select it.")
+
+    def _label(i: str) -> str:
+        extra = [w for w in ("flagged" if i in flagged_set else "", A.LEDGER_WORDING.get(ledger_state.get(i, ""), "")) if w]
+        return f"{i} ({'; '.join(extra)})" if extra else str(i)
+
+    st.selectbox("Document (or click a point)", ids, key=pick_key, on_change=_on_pick, format_func=_label)
     row = audit.row(selected)
+    if ledger_state.get(selected):
+        st.caption(f"Quarantine ledger: **{md(A.LEDGER_WORDING[ledger_state[selected]])}** — "
+                   + ("it is not retrieved for any query." if ledger_state[selected] in ("open", "confirmed") else
+                      "it is back in retrieval.") + " [Review it on Alerts](/alerts).")
     a = st.columns(5)
     a[0].metric("D (density contrast)", f"{row.local_density_contrast:.3f}", help=TERMS["D"])
     a[1].metric("floor b_i", f"{row.neighbourhood_floor:.3f}", help=TERMS["floor"])
@@ -117,11 +144,17 @@ with state.page_guard("Geometry"):
          [{"neighbour": e["id"], "similarity": round(e["similarity"], 4), "jaccard": round(e["jaccard"], 3),
            "edge": "dropped (Jaccard > 0.60)"} for e in row.dropped]
     for r in nb:
+        r["quarantine ledger"] = A.LEDGER_WORDING.get(ledger_state.get(r["neighbour"], ""), "")
         r["text"] = snippet(view.document(r["neighbour"]).text, 80)
     if nb:
-        st.dataframe(pd.DataFrame(nb), hide_index=True, width="stretch",
+        from sieve.dashboard.glossary import RANKING_HELP
+
+        st.dataframe(T.shown(pd.DataFrame(nb), "", 4), hide_index=True, width="stretch",
                      column_config={"similarity": st.column_config.NumberColumn(help=TERMS["similarity"]),
-                                    "jaccard": st.column_config.NumberColumn(help=TERMS["jaccard"])})
+                                    "jaccard": st.column_config.NumberColumn(help=TERMS["jaccard"]),
+                                    "quarantine ledger": st.column_config.Column(
+                                        "quarantine ledger", help=RANKING_HELP["quarantine ledger"]),
+                                    "neighbour": T.id_column("neighbour", [r["neighbour"] for r in nb])})
     else:
         st.info("No eligible neighbours (none with similarity ≥ 0.85): D = 0 for this document.")
     st.caption("Eligible neighbours have similarity ≥ 0.85; the floor b_i is the 16th neighbour's similarity.")

@@ -33,6 +33,28 @@ def audit_table(report: "AuditReport") -> "pd.DataFrame":
     return df
 
 
+def _audit_help() -> dict[str, str]:
+    from sieve.experiment.explain import TERMS
+
+    return {
+        "id": "The document id in the corpus (attack documents start with 'attack:').",
+        "poison": "1 when the document is one of this snapshot's attack documents (known only in the demo and in "
+                  "evaluation data), 0 when clean, blank when unknown.",
+        "D": TERMS["D"], "p": TERMS["p"], "I": TERMS["I"], "T": TERMS["T"], "score": TERMS["score"],
+        "flagged": "1 when RSG flags the document for quarantine (score ≥ 0.5), else 0.",
+        "branch": "Which evidence flagged it: topology (a dense, rare neighbourhood: D, p, T), integrity (mixed "
+                  "writing systems: I), or both.",
+        "eligible_neighbours": "Neighbours with retriever similarity ≥ 0.85 that count for D (count). More "
+                               "neighbours = stronger density evidence.",
+        "text": "The first characters of the document (shown as plain text).",
+    }
+
+
+#: Help for every column of the RSG audit table (Corpus & index page): what it measures, its range
+#: and which direction is suspicious.
+AUDIT_COLUMN_HELP: dict[str, str] = _audit_help()
+
+
 def record_audit_flags(report: "AuditReport", dataset_name: str, ledger: Any) -> tuple[int, int]:
     """Record RSG flags as open alerts (:func:`sieve.experiment.record_flags`). Returns (flags, newly added)."""
     from sieve.experiment import record_flags

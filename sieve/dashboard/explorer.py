@@ -153,11 +153,65 @@ def generate_answers(resources: "Resources", query: str, contexts: dict[str, Seq
 
 
 def answer_verdict(answer: str, correct: Sequence[str], target: str) -> str:
-    """Plain-language verdict of an answer (§9.1 normalised substring rules)."""
+    """Plain-language verdict of an answer (§9.1 normalised substring rules). A query without a gold
+    answer (a typed query, an uploaded corpus) is never called wrong: the verdict says there is
+    nothing to compare with."""
     from sieve.evaluation.metrics import asr_success, clean_correct
 
     if target and asr_success(answer, target):
         return "attack succeeded (asserts the target answer)"
-    if correct and clean_correct(answer, correct):
+    if not correct:
+        return NO_GOLD_VERDICT if not target else "does not give the attack's target (no correct answer known)"
+    if clean_correct(answer, correct):
         return "correct"
-    return "neither correct nor the target"
+    return "neither correct nor the target" if target else "not the correct answer"
+
+
+#: The verdict of an answer to a query without a gold answer and without an attack target.
+NO_GOLD_VERDICT = "no correct answer known for this query (nothing to compare with)"
+
+
+def l1_removals(result: DefenseResult) -> list[Decision]:
+    """The decisions TRIS Layer 1 removed (the minority judge-space clusters of the top-k)."""
+    return [d for d in result.decisions if d.removed and d.layer == "L1"]
+
+
+def l1_note(name: str, result: DefenseResult, ranking: Ranking, cost: dict[str, Any] | None,
+            run_label: str = "") -> str | None:
+    """Plain words beside a TRIS result whose Layer 1 removed passages on this query: L1 keeps only
+    the largest judge-space cluster of the top-k by design, so on a small corpus it removes
+    relevant passages too; with ``cost`` (:func:`sieve.dashboard.runs.clean_cost` of the shipped
+    run) the measured clean removal rate and clean accuracy are named. None when L1 removed nothing.
+    The text is our own words plus numbers and names (the caller escapes it for markdown)."""
+    removed = l1_removals(result)
+    if not removed:
+        return None
+    rank = {d.id: d.rank for d in ranking.documents}
+    ranks = sorted(rank[d.doc_id] for d in removed if d.doc_id in rank)
+    clean = sum(1 for d in ranking.documents if d.id in {x.doc_id for x in removed} and not d.poison)
+    where = _rank_span(ranks)
+    text = (f"{name}: Layer 1 removed {len(removed)} passage(s) of the top {len(ranking.documents)} here ({where}; "
+            f"{clean} of them not poisons). "
+            "By design, TRIS L1 keeps only the largest K-Means cluster of the top-k in the judge space and removes "
+            "the rest, so on a small corpus it removes relevant passages too (the paper's method, unchanged).")
+    if cost is not None:
+        acc = cost.get("clean_acc")
+        text += (f" Measured in the shipped run{f' {run_label}' if run_label else ''}: on clean questions "
+                 f"{cost['defense']} removes {cost['clean_removal_rate']:.2f} of the clean passages it examines"
+                 + (f" and answers {acc:.2f} of them correctly" if acc is not None else "")
+                 + f" (n = {cost['queries']} questions).")
+    return text
+
+
+def _rank_span(ranks: Sequence[int]) -> str:
+    """Ranks as runs: ``ranks 1–10``, ``ranks 1–5, 35–36, 38``, ``rank 7``."""
+    if not ranks:
+        return "no ranks"
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in runs)
+    return ("rank " if len(ranks) == 1 else "ranks ") + text

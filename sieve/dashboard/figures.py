@@ -49,13 +49,27 @@ def _rolling(x: np.ndarray, w: int) -> np.ndarray:
     return (c[w:] - c[:-w]) / w
 
 
-def surprisal_trace(ev: dict[str, Any]) -> go.Figure:
-    """Per-token NLL with the rolling means of each window, the burst window, the change point and
-    the gate (lower median + τ_w) marked (§3.4)."""
+#: What the surprisal plot's marks mean (shown under it on the explorer).
+SURPRISAL_HELP = ("Grey: the small language model's surprisal of each token (negative log-likelihood, nats). Coloured "
+                  "lines: its rolling mean over windows of 8 and 16 tokens. Shaded band: the burst window, where the "
+                  "rolling mean peaks (a stitched trigger + payload often reads as a burst of unusual text). Dotted "
+                  "line: the gate, the median rolling mean + τ_w; a peak above it is surprisal evidence (E_p > 0). "
+                  "Dashed vertical line: the change point, the boundary with the largest jump in mean surprisal.")
+
+
+def _doc_title(title: str, doc: str | None) -> str:
+    """A figure title that names the document it shows (the id escaped for plotly)."""
+    return f"{plotly_label(doc)} — {title}" if doc else title
+
+
+def surprisal_trace(ev: dict[str, Any], doc: str | None = None) -> go.Figure:
+    """Per-token NLL with the rolling means of each window, the burst window (shaded), the change
+    point and the gate (lower median + τ_w) marked (§3.4); ``doc`` names the document in the title."""
     s = ev.get("surprisal") or {}
     nll = np.asarray(s.get("nll") or [], float)
     tokens = s.get("tokens")
-    fig = _fig(f"Surprisal trace (R = {float(s.get('ratio', 0.0)):.2f}, E_p = {float(ev.get('E_p', 0.0)):.3f})")
+    fig = _fig(_doc_title(f"surprisal trace (R = {float(s.get('ratio', 0.0)):.2f}, "
+                          f"E_p = {float(ev.get('E_p', 0.0)):.3f})", doc))
     if nll.size == 0:
         fig.add_annotation(text="no trace", showarrow=False)
         return fig
@@ -76,6 +90,8 @@ def surprisal_trace(ev: dict[str, Any]) -> go.Figure:
         if w.get("burst_start") is not None:
             b = int(w["burst_start"])
             fig.add_vrect(x0=b, x1=b + width - 1, fillcolor=col, opacity=0.12, line_width=0)
+            fig.add_scatter(x=[None], y=[None], mode="markers", name=f"shaded: burst window w={width}",
+                            marker=dict(symbol="square", size=12, color=col, opacity=0.3), hoverinfo="skip")
         if w.get("change_at") is not None:
             fig.add_vline(x=int(w["change_at"]), line_dash="dash", line_color=col)
     fig.update_xaxes(title="token position")
@@ -83,11 +99,13 @@ def surprisal_trace(ev: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def alignment_curve(ev: dict[str, Any]) -> go.Figure:
-    """BERTScore-F1 of the query against each 32-token window, largest jump highlighted (§3.5)."""
+def alignment_curve(ev: dict[str, Any], doc: str | None = None) -> go.Figure:
+    """BERTScore-F1 of the query against each 32-token window, largest jump highlighted (§3.5);
+    ``doc`` names the document in the title."""
     a = ev.get("alignment") or {}
     f1 = np.asarray(a.get("f1") or [], float)
-    fig = _fig(f"Query alignment by window (J = {float(ev.get('J', 0.0)):.3f}, p_s = {float(ev.get('p_s', 1.0)):.3f})")
+    fig = _fig(_doc_title(f"query alignment by window (J = {float(ev.get('J', 0.0)):.3f}, "
+                          f"p_s = {float(ev.get('p_s', 1.0)):.3f})", doc))
     if f1.size == 0:
         fig.add_annotation(text="no windows", showarrow=False)
         return fig
@@ -104,9 +122,33 @@ def alignment_curve(ev: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def judge_space(df: "pd.DataFrame") -> go.Figure:
-    """Top-k in TRIS judge space: colour = K-Means cluster, ✕ = poison, ring = kept majority."""
-    fig = _fig("Top-k in the TRIS judge space (K-Means clusters)", height=420)
+#: How the Geometry plots mark a document's quarantine-ledger state (the explorer's wording): excluded
+#: documents (open / confirmed alerts) in black squares, restored ones (dismissed / rolled back) in blue.
+LEDGER_MARKS = {"excluded (open alert)": ("square-open", "#444444"),
+                "excluded (confirmed poison)": ("square-open", "#000000"),
+                "restored (dismissed as a false alarm)": ("diamond-open", "#1f77b4"),
+                "restored (quarantine rolled back)": ("diamond-open", "#17becf")}
+
+
+def _ledger_marks(fig: go.Figure, df: "pd.DataFrame") -> None:
+    """One legend entry per quarantine-ledger state present in ``df`` (column ``ledger``)."""
+    if "ledger" not in df:
+        return
+    for wording, (symbol, color) in LEDGER_MARKS.items():
+        part = df[df["ledger"] == wording]
+        if part.empty:
+            continue
+        fig.add_scatter(x=part["x"], y=part["y"], mode="markers", name=f"ledger: {wording} ({len(part)})",
+                        marker=dict(symbol=symbol, size=19, color=color, line=dict(width=2.5)),
+                        hovertext=[f"{hover_text(i, 40)} · {wording}" for i in part["id"]], hoverinfo="text",
+                        customdata=part["id"])   # a click on the mark selects the document (Geometry)
+
+
+def judge_space(df: "pd.DataFrame", query: str | None = None) -> go.Figure:
+    """Top-k in TRIS judge space: colour = K-Means cluster, ✕ = poison, ring = kept majority, square /
+    diamond = the document's quarantine-ledger state; ``query`` names the query in the title."""
+    fig = _fig("Top-k in the TRIS judge space (K-Means clusters)"
+               + (f" for: {hover_text(query, 70)}" if query else ""), height=420)
     if df.empty:
         return fig
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
@@ -125,13 +167,15 @@ def judge_space(df: "pd.DataFrame") -> go.Figure:
     if not maj.empty:
         fig.add_scatter(x=maj["x"], y=maj["y"], mode="markers", name="kept majority",
                         marker=dict(symbol="circle-open", size=17, color="#2ca02c", line=dict(width=2)), hoverinfo="skip")
+    _ledger_marks(fig, df)
     return fig
 
 
 def corpus_density(df: "pd.DataFrame", selected: str | None = None, row: Any = None) -> go.Figure:
     """The snapshot in retriever space coloured by RSG density contrast D_i; flagged documents ringed;
     the selected document's kept (green) and dropped (grey, Jaccard > ceiling) edges drawn."""
-    fig = _fig("Corpus in retriever space, coloured by RSG density contrast D", height=520)
+    fig = _fig("Corpus in retriever space, coloured by RSG density contrast D"
+               + (f" · ★ = {plotly_label(selected)}" if selected else ""), height=520)
     if df.empty:
         return fig
     pos = {i: (x, y) for i, x, y in zip(df["id"], df["x"], df["y"])}
@@ -151,7 +195,9 @@ def corpus_density(df: "pd.DataFrame", selected: str | None = None, row: Any = N
         x=df["x"], y=df["y"], mode="markers", name="documents",
         marker=dict(size=7, color=df["D"], colorscale="Viridis", cmin=0, cmax=max(0.05, float(df["D"].max())),
                     colorbar=dict(title="D"), symbol=["x" if p else "circle" for p in df["poison"]]),
-        hovertext=[f"{hover_text(i, 40)} · D={d:.3f}<br>{hover_text(t)}" for i, d, t in zip(df["id"], df["D"], df["text"])],
+        hovertext=[f"{hover_text(i, 40)} · D={d:.3f}" + (f" · {w}" if w else "") + f"<br>{hover_text(t)}"
+                   for i, d, t, w in zip(df["id"], df["D"], df["text"],
+                                         df["ledger"] if "ledger" in df else [""] * len(df))],
         hoverinfo="text", customdata=df["id"],
     )
     po = df[df["poison"]]
@@ -163,6 +209,7 @@ def corpus_density(df: "pd.DataFrame", selected: str | None = None, row: Any = N
     if not fl.empty:
         fig.add_scatter(x=fl["x"], y=fl["y"], mode="markers", name="RSG flagged",
                         marker=dict(symbol="circle-open", size=14, color="#d62728", line=dict(width=2)), hoverinfo="skip")
+    _ledger_marks(fig, df)
     if selected is not None and selected in pos:
         fig.add_scatter(x=[pos[selected][0]], y=[pos[selected][1]], mode="markers", name="selected",
                         marker=dict(symbol="star", size=18, color="#000"), hoverinfo="skip")

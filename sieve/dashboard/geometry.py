@@ -1,7 +1,7 @@
 """The Geometry page's data: 2-D projections of judge space (TRIS L1) and retriever space (RSG)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -39,10 +39,22 @@ def project_2d(vectors: np.ndarray, method: str = "umap", seed: int = 12, n_neig
         return np.asarray(reducer.fit_transform(x), dtype=np.float32)
 
 
+def ledger_column(ids: "list[str]", ledger: Mapping[str, str] | None) -> list[str]:
+    """Each document's quarantine-ledger wording (:data:`sieve.ledger.STATE_WORDING`, the explorer's
+    words: "excluded (open alert)", "restored (quarantine rolled back)", …) from ``ledger`` (doc id →
+    state, :func:`sieve.dashboard.alerts.ledger_states`); '' for a document without an alert."""
+    from sieve.ledger import STATE_WORDING
+
+    states = ledger or {}
+    return [STATE_WORDING.get(states.get(i, ""), "") for i in ids]
+
+
 def judge_geometry(ranking: Ranking, resources: "Resources", tris_result: DefenseResult | None,
-                   top_k: int = 50, method: str = "umap", xy: np.ndarray | None = None) -> "pd.DataFrame":
+                   top_k: int = 50, method: str = "umap", xy: np.ndarray | None = None,
+                   ledger: Mapping[str, str] | None = None) -> "pd.DataFrame":
     """The query's top-k in TRIS judge space: 2-D coordinates, K-Means cluster (from TRIS L1 evidence),
-    poison flag, whether the document is in the kept majority, id and snippet."""
+    poison flag, whether the document is in the kept majority, its quarantine-ledger wording
+    (:func:`ledger_column`), id and snippet."""
     import pandas as pd
 
     docs = ranking.documents[:top_k]
@@ -56,12 +68,15 @@ def judge_geometry(ranking: Ranking, resources: "Resources", tris_result: Defens
         rows.append({"id": d.id, "rank": d.rank, "x": float(x), "y": float(y), "poison": bool(d.poison),
                      "cluster": str(l1.get("cluster", "n/a")), "in_majority": bool(l1.get("in_majority", False)),
                      "removed": bool(dec.removed) if dec is not None else False, "text": d.text})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    df["ledger"] = ledger_column([d.id for d in docs], ledger)
+    return df
 
 
 def corpus_geometry(view: "VectorIndex", audit: "RSGAudit", method: str = "umap",
-                    xy: np.ndarray | None = None) -> "pd.DataFrame":
-    """The snapshot in retriever space: 2-D coordinates coloured by RSG density contrast D_i."""
+                    xy: np.ndarray | None = None, ledger: Mapping[str, str] | None = None) -> "pd.DataFrame":
+    """The snapshot in retriever space: 2-D coordinates coloured by RSG density contrast D_i, with
+    each document's quarantine-ledger wording (:func:`ledger_column`)."""
     import pandas as pd
 
     if xy is None:
@@ -69,4 +84,5 @@ def corpus_geometry(view: "VectorIndex", audit: "RSGAudit", method: str = "umap"
     return pd.DataFrame({"id": view.ids, "x": xy[:, 0], "y": xy[:, 1], "D": audit.density.astype(float),
                          "score": audit.score.astype(float), "flagged": audit.flagged.astype(bool),
                          "poison": [bool(d.poison) for d in view.documents],
-                         "text": [d.text for d in view.documents]})
+                         "text": [d.text for d in view.documents],
+                         "ledger": ledger_column(list(view.ids), ledger)})

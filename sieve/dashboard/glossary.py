@@ -39,6 +39,21 @@ DECISION_COLUMN_HELP: dict[str, str] = {
 CONTEXT_HELP = "The passages handed to the generator after filtering and refill, in rank order."
 
 
+def _fusion_help() -> dict[str, str]:
+    from sieve.defenses.tris_layers import L2_REPEAT_SCORE
+    from sieve.experiment.explain import FUSION_TERMS
+
+    return {**FUSION_TERMS,
+            "l2": f"TRIS L2 prefix overlap (0–1, or {L2_REPEAT_SCORE:g} when the passage repeats the question as its "
+                  "prefix): how much of the question the passage's opening words repeat. Higher is more suspicious."}
+
+
+#: Help for the fused detector's evidence table (the explorer's Decisions tab): the library's
+#: :data:`sieve.experiment.explain.FUSION_TERMS`, with the L2 repeat score read from TRIS itself
+#: (:data:`sieve.defenses.tris_layers.L2_REPEAT_SCORE`) rather than written down.
+FUSION_HELP: dict[str, str] = _fusion_help()
+
+
 def ranking_column_help(columns: list[str], defenses: list[str]) -> dict[str, str]:
     """Help text for every column of the explorer's ranked table."""
     out = {}

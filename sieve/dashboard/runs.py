@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -317,3 +317,14 @@ def compact_run(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Pat
         if (s / name).exists():
             shutil.copyfile(s / name, d / name)
     return write_compact_records(d, (compact_record(rec) for rec in latest_records(read_records(s))))
+
+
+def clean_cost(summary: Mapping[str, Any], defense: str) -> dict[str, Any] | None:
+    """What ``defense`` costs on clean questions in a run's summary: its clean-condition row's clean
+    removal rate, clean accuracy (None without answers) and n; None when the run has no such row."""
+    for row in summary.get("results", []) or []:
+        if row.get("defense") == defense and row.get("attack") == "clean" and row.get("clean_removal_rate") is not None:
+            acc = row.get("clean_acc")
+            return {"defense": defense, "clean_removal_rate": float(row["clean_removal_rate"]),
+                    "clean_acc": None if acc is None else float(acc), "queries": int(row.get("queries") or 0)}
+    return None

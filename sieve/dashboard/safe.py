@@ -11,8 +11,6 @@ import os
 import re
 from typing import Iterable, Sequence
 
-_TOKEN = re.compile(r"[a-z0-9]+")
-
 
 def snippet(text: str, n: int = 140) -> str:
     """One-line preview of at most ``n`` characters (whitespace collapsed, '…' when cut)."""
@@ -28,17 +26,39 @@ def hover_text(text: str, n: int = 160) -> str:
     return plotly_label(snippet(text, n))
 
 
+#: A whole word for anchor highlighting: letters/digits, with inner apostrophes kept ("can't" is one
+#: word, so the anchor "can" is not highlighted inside it).
+_WORD = re.compile(r"(?<!\w)[a-z0-9]+(?:['’][a-z0-9]+)*(?!\w)")
+
+
+def anchor_words(tokens: Iterable[str]) -> list[str]:
+    """The anchor tokens worth showing to a reader: lower-cased, without function words ("are",
+    "can", "the": :data:`sieve.defenses.text.STOPWORDS`, which RSQ's statistics may still count),
+    in their first order, each once."""
+    from sieve.defenses.text import STOPWORDS
+
+    out: list[str] = []
+    for t in tokens:
+        w = str(t).lower()
+        if w and w not in STOPWORDS and w not in out:
+            out.append(w)
+    return out
+
+
 def highlight_segments(text: str, tokens: Iterable[str]) -> list[tuple[str, bool]]:
     """Split ``text`` into ``(segment, is_highlighted)`` pieces, highlighting case-insensitive
-    occurrences of the ASCII ``[a-z0-9]+`` ``tokens`` (RSQ anchor tokens, §3.2) as whole tokens.
+    occurrences of the ``tokens`` (RSQ anchor tokens, §3.2) as whole words only — never inside a
+    longer word such as "can't" — and never a function word (:func:`anchor_words`).
     Concatenating the segments gives ``text`` back exactly."""
-    wanted = {t.lower() for t in tokens if t}
+    wanted = set(anchor_words(tokens))
     if not wanted or not text:
         return [(text, False)] if text else []
     out: list[tuple[str, bool]] = []
     pos = 0
     lower = text.lower()
-    for m in _TOKEN.finditer(lower):
+    if len(lower) != len(text):   # a case mapping that changes the length (rare): match on the text itself
+        lower = text
+    for m in _WORD.finditer(lower):
         if m.group(0) in wanted:
             if m.start() > pos:
                 out.append((text[pos : m.start()], False))

@@ -240,15 +240,52 @@ DASHBOARD_CALIBRATION_QUERIES = 20
 
 def prepare(experiment: "Experiment", spec: str, condition: str = CLEAN, params: Mapping[str, Any] | None = None,
             calibration: Mapping[str, Mapping[str, Any]] | None = None,
-            snapshot: "Snapshot | None" = None) -> "Defense":
+            snapshot: "Snapshot | None" = None, clean_questions: Sequence[str] = ()) -> "Defense":
     """``spec`` prepared for ``condition`` (or a sandbox ``snapshot``, the attack lab's) through
     :func:`sieve.experiment.prepare_defense`: learned thresholds from ``calibration`` (the demo
-    run's), else calibrated on clean queries only."""
+    run's), else calibrated on clean queries only — the dataset's, or, when given, the analyst's
+    ``clean_questions`` (typed on the page for a corpus without queries), ranked on the clean corpus."""
     from sieve.experiment import prepare_defense
 
+    rankings = [experiment.rank(q, condition=CLEAN) for q in clean_questions if q.strip()] or None
     return prepare_defense(experiment, spec, condition=condition, snapshot=snapshot, params=params,
-                           calibration=calibration, clean_budget=CLEAN_BUDGET,
+                           calibration=calibration, clean_budget=CLEAN_BUDGET, clean_rankings=rankings,
                            clean_limit=DASHBOARD_CALIBRATION_QUERIES)
+
+
+def manual_threshold(spec: str) -> tuple[str, float] | None:
+    """``(parameter, default)`` when setting ``spec``'s threshold parameter by hand is enough to run
+    it without calibration (its learned state is only that threshold); None for a defense that also
+    learns other state on clean questions (fusion's clean p-value nulls)."""
+    from sieve.experiment import build_defense
+
+    d = build_defense(spec, {}, {})
+    param = getattr(d, "threshold_param", None)
+    if not param:
+        return None
+    default = d.get_params().get(param)
+    try:
+        ok = build_defense(spec, {param: 1.0 if default is None else default}, {}).is_calibrated()
+    except Exception:  # noqa: BLE001 - a parameter this spec does not take
+        return None
+    return (param, 1.0 if default is None else float(default)) if ok else None
+
+
+def calibration_fix(spec: str, error: BaseException) -> str | None:
+    """How to make ``spec`` run when preparing it failed because nothing clean was there to learn its
+    threshold from (a corpus without queries): plain words (no markdown) naming the page's controls,
+    or None for any other failure."""
+    from sieve.experiment.defenses import DefensePreparationError
+
+    if not (isinstance(error, DefensePreparationError) and error.stage == "calibrate"):
+        return None
+    how = ("type a few questions your corpus answers (one per line) in the box 'Calibrate on your own questions' "
+           "below and press Calibrate: the defense learns from their passages what clean passages look like")
+    manual = manual_threshold(spec)
+    if manual is not None:
+        how += f"; or set its threshold ({manual[0]}) by hand there"
+    return (f"{spec} cannot run on this corpus: it learns its threshold on clean questions, and this corpus has "
+            f"none. To fix it, {how}.")
 
 
 def defense_catalog() -> "pd.DataFrame":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,6 +102,8 @@ def page_guard(title: str) -> Iterator[None]:
         with st.expander("Details"):
             st.code(scrub_secrets("".join(traceback.format_exception_only(type(e), e))
                                   + "".join(traceback.format_tb(e.__traceback__)[-6:])), language=None)
+    finally:   # also after st.stop(): the sidebar shows what the page chose on this run
+        refresh_sidebar()
 
 
 def show_error(prefix: str, e: BaseException) -> None:
@@ -179,8 +182,24 @@ def view(condition: str) -> "Snapshot":
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _defense(key: str, spec: str, params_json: str, condition: str, calib_json: str,
-             _exp: "Experiment") -> "Defense":
-    return S.prepare(_exp, spec, condition, json.loads(params_json), json.loads(calib_json))
+             _exp: "Experiment", questions_json: str = "[]") -> "Defense":
+    return S.prepare(_exp, spec, condition, json.loads(params_json), json.loads(calib_json),
+                     clean_questions=json.loads(questions_json))
+
+
+CALIB_QUESTIONS = "calib_questions"   # session key: {dataset content hash: [typed clean questions]}
+
+
+def clean_questions() -> list[str]:
+    """The clean questions the analyst typed to calibrate defenses on the active dataset (a corpus
+    without queries.jsonl); ``[]`` when none."""
+    return list(st.session_state.get(CALIB_QUESTIONS, {}).get(dataset().content_hash(), []))
+
+
+def set_clean_questions(questions: list[str]) -> None:
+    """Remember typed clean questions for the active dataset (defenses prepared after this use them)."""
+    qs = [q.strip() for q in questions if q.strip()]
+    st.session_state.setdefault(CALIB_QUESTIONS, {})[dataset().content_hash()] = qs
 
 
 def calibration() -> dict[str, dict[str, Any]]:
@@ -200,7 +219,7 @@ def defense(spec: str, condition: str, params: dict[str, Any] | None = None) -> 
     """A prepared (fitted / calibrated) defense for ``condition``, cached per parameters."""
     ds = dataset()
     return _defense(_ds_key(ds), spec, json.dumps(params or {}, sort_keys=True), condition,
-                    json.dumps(calibration(), sort_keys=True), experiment())
+                    json.dumps(calibration(), sort_keys=True), experiment(), json.dumps(clean_questions()))
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
@@ -324,6 +343,18 @@ def run(path: str) -> R.RunData:
     return _run(path, _mtime_key(path))
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def _run_summary(path: str, mtime_key: str) -> dict[str, Any]:
+    from sieve.evaluation.records import read_summary
+
+    return read_summary(path)
+
+
+def run_summary(path: str) -> dict[str, Any]:
+    """A run's ``summary.json`` alone (cached; no records are read)."""
+    return _run_summary(path, _mtime_key(path))
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def _tradeoff_rows(path: str, mtime_key: str, overrides_json: str, k_ctx: int) -> "Any":
     return R.tradeoff_rows(_run(path, mtime_key), json.loads(overrides_json), k_ctx)
@@ -357,6 +388,27 @@ def run_knobs(path: str) -> list[dict[str, Any]]:
     return _run_knobs(path, _mtime_key(path))
 
 
+def clean_cost(defense: str) -> tuple[dict[str, Any] | None, str]:
+    """``defense``'s clean-question cost in the shipped runs (:func:`sieve.dashboard.runs.clean_cost`):
+    the answers run of ``run_dir`` first (clean accuracy too), then the detection run; with the run's
+    name for the page. ``(None, "")`` on another corpus than the runs' (their numbers are not about it)
+    or when no run has the row."""
+    ds = dataset()
+    if st.session_state.get("uploaded_dataset") is not None or not S.is_demo_dataset(ds):
+        return None, ""
+    for path in (st.session_state.get("run_dir"), R.default_roc_run()):
+        if not path:
+            continue
+        try:
+            summary = run_summary(str(path))
+        except Exception:  # noqa: BLE001 - a missing or damaged run simply has no number to give
+            continue
+        cost = R.clean_cost(summary, defense)
+        if cost is not None:
+            return cost, S.display_path(str(path))
+    return None, ""
+
+
 def ledger() -> Any:
     p = S.ledger_path(None if S.tiny_mode() else resources())
     return _ledger(str(p))
@@ -367,14 +419,42 @@ def _ledger(path: str) -> Any:
     return A.open_ledger(path)
 
 
+_SIDEBAR = threading.local()   # the sidebar slot of the script run on this thread
+
+
+def _sidebar_text() -> tuple[str, str]:
+    """The sidebar's dataset name and condition (raw; the caller escapes them)."""
+    up = st.session_state.get("uploaded_dataset")
+    name = f"upload: {up.name}" if up is not None else Path(st.session_state["dataset_path"]).name
+    return name, str(st.session_state["condition"])
+
+
+def _draw_sidebar(slot: Any) -> None:
+    name, cond = _sidebar_text()
+    slot.caption(f"Dataset: **{md_escape(name)}**  \nCondition: **{md_escape(cond)}**"
+                 + ("  \nModels: tiny test models" if S.tiny_mode() else ""))
+
+
 def sidebar_status() -> None:
-    """Dataset / mode line in the sidebar (never secrets)."""
+    """Dataset / condition / mode line in the sidebar (never secrets). Drawn into a slot that
+    :func:`page_guard` fills again when the page body is done, so a condition or dataset chosen on
+    this run shows at once (not one step behind)."""
     init_state()
     with st.sidebar:
-        up = st.session_state.get("uploaded_dataset")
-        name = f"upload: {up.name}" if up is not None else Path(st.session_state["dataset_path"]).name
-        st.caption(f"Dataset: **{md_escape(name)}**  \nCondition: **{md_escape(st.session_state['condition'])}**"
-                   + ("  \nModels: tiny test models" if S.tiny_mode() else ""))
+        slot = st.empty()
+    _draw_sidebar(slot)
+    _SIDEBAR.slot = slot
+
+
+def refresh_sidebar() -> None:
+    """Redraw the sidebar line with the session's current dataset and condition."""
+    slot = getattr(_SIDEBAR, "slot", None)
+    if slot is None:
+        return
+    try:
+        _draw_sidebar(slot)
+    except Exception:  # noqa: BLE001 - a slot of an earlier run (never fatal for the page)
+        pass
 
 
 def env_flag(name: str) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
+import numpy as np
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -31,21 +33,83 @@ def id_config(df: "pd.DataFrame", columns: Iterable[str] = ("id", "doc_id", "nei
     return {c: id_column(c, df[c].tolist()) for c in columns if c in df.columns}
 
 
-def no_raw_missing(df: "pd.DataFrame", blank: str = "") -> "pd.DataFrame":
-    """``df`` with ``None`` / ``NaN`` in text (object) columns shown as ``blank``; numeric columns keep
-    their type (Streamlit leaves their missing cells empty once they hold no ``None`` objects)."""
+#: What a missing number is stored as in a table handed to ``st.dataframe``. Streamlit's data grid
+#: draws every null cell as a grey "None" and ignores a Styler's ``na_rep`` for it, but it shows a
+#: Styler's display text for any cell that holds a value: so a missing number becomes this value
+#: (never a real score), displayed as the blank text, and the column stays numeric (sortable; the
+#: missing cells sort last in ascending order). It stays below JavaScript's largest safe integer:
+#: the grid shows a larger number raw, with a warning mark. :func:`as_missing` turns it back into NaN.
+MISSING = 9.0e15
+
+
+def _is_missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(v != v)   # NaN, pd.NA-like
+    except (TypeError, ValueError):
+        return False
+
+
+def _numeric(col: "pd.Series") -> bool:
     import pandas as pd
 
+    return bool(pd.api.types.is_numeric_dtype(col.dtype)) and not pd.api.types.is_bool_dtype(col.dtype)
+
+
+def no_raw_missing(df: "pd.DataFrame", blank: str = "") -> "pd.DataFrame":
+    """``df`` with ``None`` / ``NaN`` in every text column (object, or pandas' ``str`` dtype) shown as
+    ``blank``; numeric columns keep their type (see :func:`shown` for their missing cells)."""
     out = df.copy()
     for c in out.columns:
         col = out[c]
-        if col.dtype == object:
-            out[c] = [blank if (v is None or (isinstance(v, float) and pd.isna(v))) else v for v in col]
+        if not _numeric(col):
+            out[c] = _object([blank if _is_missing(v) else v for v in col], out.index)
     return out
+
+
+def _object(values: list[Any], index: Any) -> "pd.Series":
+    import pandas as pd
+
+    return pd.Series(values, index=index, dtype=object)
 
 
 def shown(df: "pd.DataFrame", blank: str = "—", precision: int = 3) -> Any:
     """``df`` for ``st.dataframe`` with no raw ``None`` / ``NaN`` anywhere: text cells via
-    :func:`no_raw_missing`, numeric cells through a Styler that displays ``blank`` for a missing value
-    and rounds floats to ``precision`` (the data, and so sorting, stay numeric)."""
-    return no_raw_missing(df, blank).style.format(na_rep=blank, precision=precision)
+    :func:`no_raw_missing`, missing numbers stored as :data:`MISSING` and displayed as ``blank``
+    through a Styler that also rounds floats to ``precision`` (the data, and so sorting, stay
+    numeric; an infinite score reads ∞)."""
+    out = no_raw_missing(df, blank)
+    fmt: dict[str, Any] = {}
+    for c in out.columns:
+        col = out[c]
+        if not _numeric(col):
+            continue
+        if bool(col.isna().any()):
+            out[c] = col.astype(float).fillna(MISSING)
+        fmt[c] = _formatter(blank, precision, integer=bool(np.issubdtype(out[c].dtype, np.integer)))
+    return out.style.format(fmt, na_rep=blank)
+
+
+def _formatter(blank: str, precision: int, integer: bool) -> Any:
+    def f(v: Any) -> str:
+        if _is_missing(v) or v == MISSING:
+            return blank
+        if integer:
+            return f"{int(v):d}"
+        x = float(v)
+        if np.isinf(x):
+            return "∞" if x > 0 else "−∞"
+        if x.is_integer() and abs(x) < 1e15 and precision == 0:
+            return f"{int(x):d}"
+        return f"{x:.{precision}f}"
+    return f
+
+
+def as_missing(df: "pd.DataFrame") -> "pd.DataFrame":
+    """The data of a :func:`shown` table with :data:`MISSING` read back as NaN (tests, exports)."""
+    out = df.copy()
+    for c in out.columns:
+        if _numeric(out[c]):
+            out[c] = out[c].mask(out[c] == MISSING)
+    return out

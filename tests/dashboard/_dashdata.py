@@ -74,3 +74,36 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def page(name: str) -> str:
     return str(ROOT / "pages" / name)
+
+
+def grid_cells(element) -> "list[list[str]]":
+    """What Streamlit's data grid draws in each cell of an AppTest dataframe element: a null cell is
+    drawn as a grey "None" whatever a Styler says, any other cell shows the Styler's display text when
+    there is one, else the value itself."""
+    import pandas as pd
+    from streamlit import dataframe_util
+
+    arrow = element.proto.arrow_data
+    data = dataframe_util.convert_arrow_bytes_to_pandas_df(arrow.data)
+    shown = (dataframe_util.convert_arrow_bytes_to_pandas_df(arrow.styler.display_values)
+             if arrow.HasField("styler") and arrow.styler.display_values else None)
+    out = []
+    for i in range(len(data)):
+        row = []
+        for j, c in enumerate(data.columns):
+            v = data.iat[i, j]
+            if v is None or (not isinstance(v, (list, tuple)) and pd.isna(v)):
+                row.append("None")
+            elif shown is not None and c in shown.columns:
+                row.append(str(shown.iat[i, shown.columns.get_loc(c)]))
+            else:
+                row.append(str(v))
+        out.append(row)
+    return out
+
+
+def raw_missing_cells(element) -> "list[tuple[int, str, str]]":
+    """(row, column, text) of every cell the grid draws as a raw None / NaN."""
+    data_cols = list(element.value.columns)
+    return [(i, data_cols[j], t) for i, row in enumerate(grid_cells(element)) for j, t in enumerate(row)
+            if t.strip() in ("None", "nan", "NaN", "<NA>")]
