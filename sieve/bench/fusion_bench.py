@@ -38,11 +38,13 @@ from typing import Any
 import numpy as np
 
 from sieve.bench import DEMO_DATA
-from sieve.cli.common import load_config, load_dataset, open_experiment
+from sieve.config import SieveConfig
+from sieve.corpus import load_dataset
 from sieve.defenses.fusion import COMBINE, DEFAULT_EVIDENCE, PAIRWISE_SCOPES, Fusion
 from sieve.evaluation.lofo import CleanResult, FamilyResult, format_lofo, lofo_table
 from sieve.evaluation.metrics import percentiles, wilson_interval
 from sieve.experiment import prepare_defense
+from sieve.experiment.workspace import open_experiment
 
 
 def held_out_clean(exp, params, calib, test_clean, k_ctx=5, gold=None):
@@ -137,7 +139,7 @@ def main() -> None:
         a.no_ablation, a.splits, a.limit, a.families = True, 0, 0, "pr_b"
 
     ds = load_dataset(Path(a.dataset))
-    exp = open_experiment(ds, load_config(None), depth=50, progress=False)
+    exp = open_experiment(ds, SieveConfig.load(None), depth=50, progress=False)
     clean = exp.clean_rankings()
     calib, test_clean = clean[:a.calib], clean[a.calib:a.calib + a.clean_test]
     families = a.families.split(",") if a.families else ds.attack_families()

@@ -61,40 +61,24 @@ def load_dataset(dataset_dir: Path) -> "Dataset":
 
 
 def make_resources(cfg: "SieveConfig", ds: "Dataset | None" = None) -> "Resources":
-    """The packaged models (loaded lazily) with the persistent artifact cache, or the tiny
-    in-process models for the hidden ``tiny-hashing`` retriever."""
-    from sieve.index import ArtifactCache
+    """The models of ``cfg`` (:func:`sieve.experiment.workspace.make_resources`)."""
+    from sieve.experiment.workspace import make_resources as _make
 
-    cache = ArtifactCache.default(cfg)
-    if cfg.models.retriever == TESTING_RETRIEVER:
-        from sieve.testing_models import tiny_resources
-
-        llm = None
-        if cfg.llm.enabled and cfg.llm.resolved_base_url():   # a configured endpoint is real, even here
-            from sieve.models.loaders import load_llm
-
-            llm = load_llm(cfg)
-        return tiny_resources(cfg, [d.text for d in ds.documents] if ds is not None else (), llm=llm, cache=cache)
-    from sieve.resources import Resources
-
-    return Resources(cfg, cache=cache)
+    return _make(cfg, ds)
 
 
 def open_experiment(ds: "Dataset", cfg: "SieveConfig", *, depth: int | None = None, progress: bool = True,
                     ledger_path: Optional[Path] = None, quarantine: str = "none") -> "Experiment":
-    """An experiment over ``ds`` whose retriever index lives in the workspace (built or reused)."""
-    from sieve.constants import DEPTH
-    from sieve.experiment import Experiment, ExperimentError
+    """:func:`sieve.experiment.workspace.open_experiment`, its errors as one-line :class:`UserError`."""
+    from sieve.experiment import ExperimentError
+    from sieve.experiment.workspace import open_experiment as _open
 
     try:
-        exp = Experiment(ds, make_resources(cfg, ds), depth=depth or DEPTH, ledger_path=ledger_path,
-                         quarantine=quarantine, persist=True, progress=progress)
-        exp.base_index()
+        return _open(ds, cfg, depth=depth, progress=progress, ledger_path=ledger_path, quarantine=quarantine)
     except ExperimentError as e:
         raise UserError(str(e)) from None
     except ValueError as e:
         raise UserError(f"{ds.path}: {e}") from None
-    return exp
 
 
 def open_store_source(source: str, cfg: "SieveConfig", *, store_model: Optional[str] = None, reembed: bool = False,

@@ -39,6 +39,7 @@ from sieve.defenses.fusion_evidence import EVIDENCE as EVIDENCE_SOURCES
 from sieve.defenses.fusion_evidence import EvidenceSources
 from sieve.defenses.pvalues import (
     COMBINE,
+    TIES,
     cauchy_stat,
     combination_nulls,
     empirical_p,
@@ -60,7 +61,7 @@ DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")
 PAIRWISE_SCOPES = ("survivors", "seen")
 #: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there
 #: (most clean passages score 0 on the answer evidence, and p = 1 would veto removal under Cauchy).
-ABSTAINS_AT_ZERO = frozenset({"answer"})
+ABSTAINS_AT_ZERO = frozenset({"answer", "conflict"})
 #: p-value at or below which an evidence is named in the reason.
 REASON_P = 0.05
 
@@ -84,10 +85,16 @@ class Fusion(Defense):
     ``omnibus`` | ``minp``), ``calibration_folds`` (8), ``max_rounds`` (10), ``cohesion_scope`` (10),
     ``duplicate_jaccard`` (0.5, answer evidence), ``pairwise_scope`` (``"seen"``: cohesion and ROUGE-L
     also compare with the documents removed in earlier rounds, so removing one of two near-copies does
-    not launder the other; ``"survivors"``), ``refill_factor`` (3; 1 = the same threshold in every round).
+    not launder the other; ``"survivors"``), ``refill_factor`` (3; 1 = the same threshold in every round),
+    ``ties`` (``"conservative"`` | ``"mid"``: how clean values tied with a document's count in its
+    empirical p-values, :func:`~sieve.defenses.pvalues.empirical_p`), ``component_budget`` (0 = off;
+    else each evidence also decides alone: a document whose value of one evidence is beyond the
+    threshold removing this share of the clean calibration documents is removed whatever the
+    combination says, so a component that separates a family by itself is never diluted by the others;
+    the procedure threshold still keeps the whole within the clean budget).
     Learned in calibration: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
-    ``minp_null_``, ``cauchy_null_``, ``clean_scores_``, ``document_threshold_``,
-    ``calibration_removal_`` and ``threshold``.
+    ``minp_null_``, ``cauchy_null_``, ``component_thresholds_`` (per evidence, with ``component_budget``),
+    ``clean_scores_``, ``document_threshold_``, ``calibration_removal_`` and ``threshold``.
     """
 
     name = "fusion"
@@ -111,11 +118,13 @@ class Fusion(Defense):
     duplicate_jaccard: float
     pairwise_scope: str
     refill_factor: float
+    ties: str
+    component_budget: float
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "seen",
-                 refill_factor: float = 3.0) -> None:
+                 refill_factor: float = 3.0, ties: str = "conservative", component_budget: float = 0.0) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:
@@ -130,9 +139,15 @@ class Fusion(Defense):
             raise ValueError(f"fusion: pairwise_scope must be one of {', '.join(PAIRWISE_SCOPES)}; got {pairwise_scope!r}")
         if not float(refill_factor) >= 1.0:
             raise ValueError(f"fusion: refill_factor must be >= 1 (1 = the same threshold in every round); got {refill_factor!r}")
+        if not 0.0 <= float(component_budget) <= CLEAN_BUDGET:
+            raise ValueError(f"fusion: component_budget must be within [0, {CLEAN_BUDGET}] (0 = off); "
+                             f"got {component_budget!r}")
+        if ties not in TIES:
+            raise ValueError(f"fusion: ties must be one of {', '.join(TIES)}; got {ties!r}")
         super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
                          max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
-                         pairwise_scope=pairwise_scope, refill_factor=refill_factor)
+                         pairwise_scope=pairwise_scope, refill_factor=refill_factor, ties=ties,
+                         component_budget=component_budget)
 
     # -- the methods it reads ---------------------------------------------------------------------
     @property
@@ -233,7 +248,15 @@ class Fusion(Defense):
             return Score(d.id, None, "unavailable" if calibrated else "scored", "fusion", ev,
                          note="no evidence available" if calibrated else "calibrating")
         ev["drivers"] = [e for _, e in sorted((p, e) for e, p in ps.items() if p <= REASON_P)]
+        decisive = self._decisive(values)
+        if decisive:
+            ev["decisive"] = decisive
         return Score(d.id, score, "scored", "fusion", ev)
+
+    def _decisive(self, values: dict[str, Any]) -> list[str]:
+        """The evidence beyond its own clean-budget threshold (``component_budget``; empty when off)."""
+        thr = getattr(self, "component_thresholds_", None) or {}
+        return [e for e, t in thr.items() if isinstance(values.get(e), (int, float)) and float(values[e]) >= t]
 
     def decide(self, scores: Scores, thresholds: Mapping[str, float | None]) -> list[Decision]:
         """Removed iff the fused score ≥ the threshold of its round: ``thresholds["threshold"]`` in
@@ -243,7 +266,11 @@ class Fusion(Defense):
         for s in scores.items:
             relaxed = bool(s.evidence.get("relaxed"))
             t = None if thr is None else (self._lowered(thr) if relaxed else float(thr))
-            out.append(self.decide_one(s, {"threshold": t}))
+            d = self.decide_one(s, {"threshold": t})
+            if not d.removed and s.value is not None and t is not None and s.evidence.get("decisive"):
+                d = Decision(d.doc_id, True, d.status, d.score, d.threshold, d.evidence,
+                             self.explain(s, True, t), d.layer)
+            out.append(d)
         return out
 
     def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
@@ -255,6 +282,10 @@ class Fusion(Defense):
         if threshold is None:
             return f"fused score {s.value:.2f} (no threshold: calibrate on clean rankings)"
         rnd = int(ev.get("round", 1))
+        alone = [e for e in ev.get("decisive", []) if e in values]
+        if removed and alone and s.value < threshold:
+            return (f"{', '.join(f'{e} {values[e]:.3g}' for e in alone)} beyond what its own clean budget allows "
+                    f"(fused score {s.value:.2f} < {threshold:.2f}); removed by that evidence alone")
         where = (f"round {rnd}" + (" (refill)" if rnd > 1 else "")
                  + (f", threshold lowered by ln {float(self.refill_factor):g} after a removal" if ev.get("relaxed") else ""))
         return (f"fused score {s.value:.2f} {'≥' if removed else '<'} {threshold:.2f} ({where}); "
@@ -274,7 +305,7 @@ class Fusion(Defense):
     def _pvalues(self, values: dict[str, float], null: dict[str, np.ndarray] | None = None) -> dict[str, float]:
         """Per-evidence p-values; an evidence of :data:`ABSTAINS_AT_ZERO` at a value ≤ 0 abstains."""
         null = (getattr(self, "null_", None) or {}) if null is None else null
-        return {e: empirical_p(null[e], float(v)) for e, v in values.items()
+        return {e: empirical_p(null[e], float(v), ties=self.ties) for e, v in values.items()
                 if e in null and isinstance(v, (int, float)) and null[e].size
                 and not (e in ABSTAINS_AT_ZERO and float(v) <= 0.0)}
 
@@ -282,9 +313,9 @@ class Fusion(Defense):
         """−ln of the combination's p-value against the clean combination nulls."""
         vals = list(ps.values())
         if self.combine == "cauchy":
-            return float(-math.log(empirical_p(self.cauchy_null_, cauchy_stat(vals), member)))
-        pf = empirical_p(self.fisher_null_, fisher_stat(vals), member)
-        pm = empirical_p(self.minp_null_, minp_stat(vals), member)
+            return float(-math.log(empirical_p(self.cauchy_null_, cauchy_stat(vals), member, self.ties)))
+        pf = empirical_p(self.fisher_null_, fisher_stat(vals), member, self.ties)
+        pm = empirical_p(self.minp_null_, minp_stat(vals), member, self.ties)
         p = {"omnibus": min(pf, pm), "fisher": pf, "minp": pm}[self.combine]
         return float(-math.log(p))
 
@@ -314,6 +345,7 @@ class Fusion(Defense):
         if not rows:
             raise ValueError("fusion: no clean documents to calibrate on")
         self.null_ = self._nulls(rows)
+        self.component_thresholds_ = self._component_thresholds(self.null_)
         per = self._cross_fitted_pvalues(rows, query_of)
         self.fisher_null_, self.minp_null_, self.cauchy_null_ = combination_nulls(per)
         scores = [self._combined(p, member=True) for p in per if p]
@@ -338,6 +370,7 @@ class Fusion(Defense):
             other = [j for j, q in enumerate(query_of) if fold_of[q] != k]
             st = copy.copy(self)
             st.null_ = self._nulls([rows[j] for j in other])
+            st.component_thresholds_ = self._component_thresholds(st.null_)
             st.fisher_null_, st.minp_null_, st.cauchy_null_ = combination_nulls([per[j] for j in other])
             states.append(st)
 
@@ -371,6 +404,14 @@ class Fusion(Defense):
                 lo = mid
         return candidates[hi], best
 
+    def _component_thresholds(self, null: dict[str, np.ndarray]) -> dict[str, float]:
+        """Per evidence, the value at which it alone removes ``component_budget`` of the clean documents
+        (the one budget rule, docs/algorithms.md §9.2); empty when ``component_budget`` is 0."""
+        if float(self.component_budget) <= 0.0:
+            return {}
+        return {e: removal_threshold(list(v), float(self.component_budget)) for e, v in null.items()
+                if e not in ABSTAINS_AT_ZERO}
+
     def _nulls(self, rows: list[dict[str, float]]) -> dict[str, np.ndarray]:
         null = {e: np.sort(np.asarray([row[e] for row in rows if e in row], dtype=np.float64)) for e in self.evidence}
         return {e: v for e, v in null.items() if v.size}
@@ -397,5 +438,7 @@ class Fusion(Defense):
             gaps.append("rsg evidence unavailable")
         if "answer" in self.evidence and "answer" not in fitted:
             gaps.append("answer evidence counted over the ranking only")
+        if "conflict" in self.evidence and "conflict" not in fitted:
+            gaps.append("conflict evidence counted over the context only")
         return (", ".join(gaps) + " (not fitted on a corpus snapshot: call fit(snapshot), as prepare_defense does)"
                 if gaps else None)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from sieve.constants import K_CTX
+from sieve.defenses.rsg import snapshot_free_score
 from sieve.registry import DEFENSES
 from sieve.types import Ranking
 
@@ -37,6 +38,8 @@ class Evidence:
     scope: str                         # document | ranking | context | window
     method: str | None = None          # the registered defense whose score it is
     params: tuple[tuple[str, Any], ...] = ()   # fixed parameters of that defense (by name)
+    read: Callable[[dict[str, Any]], float] | None = None   # the value from the method's score evidence
+                                                            # (None: the score's value itself)
 
 
 #: Every evidence fusion can use, one line each (module docstring).
@@ -44,12 +47,13 @@ EVIDENCE: dict[str, Evidence] = {e.name: e for e in (   # in the order values ar
     Evidence("l2", "document", "tris_l2"),
     Evidence("similarity", "document"),   # fusion's own: judge-space cosine to the question
     Evidence("perplexity", "document", "perplexity"),
-    Evidence("rsg", "document", "rsg"),
+    Evidence("rsg", "document", "rsg", read=snapshot_free_score),
     Evidence("ragdefender", "ranking", "ragdefender"),
     Evidence("rsq", "context", "rsq"),
     Evidence("cohesion", "window"),       # fusion's own: mean cosine to the two nearest in the window
     Evidence("rouge", "window"),          # TrustRAG's near-copy signal (sieve.defenses.trustrag.max_rouge)
     Evidence("answer", "context", "answer_consistency"),
+    Evidence("conflict", "context", "context_conflict"),   # sources, not passages, decide (§14.5)
 )}
 
 
@@ -110,7 +114,7 @@ class EvidenceSources:
             if e.scope == "document" and name in self.methods:
                 if self.methods[name].corpus_time and name not in self.fitted:
                     continue          # RSG not fitted: the evidence is missing (Fusion reports it)
-                _store(out, idx, name, self.methods[name].score(sub, resources, None).items)
+                _store(out, idx, name, self.methods[name].score(sub, resources, None).items, e.read)
             elif name == "similarity":
                 for i, v in zip(idx, query_similarity(resources, ranking.query, [docs[i].text for i in idx])):
                     out[i]["similarity"] = v
@@ -157,10 +161,17 @@ class EvidenceSources:
                 i = survivors[j]
                 out[i]["answer"] = c.score
                 out[i]["answer_text"] = c.answer.text
+        conflict = self.methods.get("conflict")
+        if conflict is not None:
+            alive = set(survivors)
+            gone = frozenset(d.id for j, d in enumerate(docs) if j not in alive)
+            for j, c in conflict.conflict_scores(sub, k, exclude_ids=gone).items():  # type: ignore[attr-defined]
+                out[survivors[j]]["conflict"] = c["score"]
         return out
 
 
-def _store(out: dict[int, dict[str, float]], idx: list[int], name: str, items: Sequence[Any]) -> None:
+def _store(out: dict[int, dict[str, float]], idx: list[int], name: str, items: Sequence[Any],
+           read: Callable[[dict[str, Any]], float] | None = None) -> None:
     for i, s in zip(idx, items):
         if s.value is not None:
-            out[i][name] = float(s.value)
+            out[i][name] = float(s.value) if read is None else read(s.evidence)

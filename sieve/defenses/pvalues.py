@@ -17,12 +17,34 @@ import numpy as np
 COMBINE = ("fisher", "omnibus", "minp", "cauchy")
 
 
-def empirical_p(null_sorted: np.ndarray, x: float, member: bool = False) -> float:
-    """(1 + #{null ≥ x}) / (1 + n) for an ascending ``null_sorted``. ``member=True``: ``x`` is itself
-    one of the null values and is left out, (1 + #{others ≥ x}) / n — without this the calibration
-    documents get larger p-values than new documents and the threshold is too low."""
+#: How an empirical p-value counts clean values tied with the document's (:func:`empirical_p`).
+TIES = ("conservative", "mid")
+
+
+def empirical_p(null_sorted: np.ndarray, x: float, member: bool = False, ties: str = "conservative") -> float:
+    """The share of clean values at least as extreme as ``x`` for an ascending ``null_sorted``.
+
+    ``ties="conservative"``: (1 + #{null ≥ x}) / (1 + n) — a tie counts as more extreme. ``"mid"``:
+    the mid-p value (½ + #{null > x} + ½·#{null = x}) / (1 + n) — a tie counts half, and ``x`` itself
+    half. Mid-p matters where clean values pile up on one value (RSG's density is 0 for most
+    passages, L2 is 0 for a passage sharing no prefix word with the question): conservatively such a
+    passage gets p = 1, which vetoes removal under the Cauchy combination, and a value just above the
+    pile jumps to the small p of the mass above it (docs/algorithms.md §14.2).
+
+    ``member=True``: ``x`` is itself one of the null values and is left out ((1 + #{others ≥ x}) / n
+    conservatively) — without this the calibration documents get larger p-values than new documents
+    and the threshold is too low."""
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {', '.join(TIES)}; got {ties!r}")
     n = int(null_sorted.size)
-    ge = n - int(np.searchsorted(null_sorted, x, side="left"))
+    lo = int(np.searchsorted(null_sorted, x, side="left"))
+    ge = n - lo
+    if ties == "mid":
+        gt = n - int(np.searchsorted(null_sorted, x, side="right"))
+        eq = ge - gt
+        if member:                                  # x is one of the eq tied values: leave it out
+            return (0.5 + gt + 0.5 * max(eq - 1, 0)) / max(n, 1)
+        return (0.5 + gt + 0.5 * eq) / (1.0 + n)
     if member:
         return max(ge, 1) / max(n, 1)
     return (1.0 + ge) / (1.0 + n)

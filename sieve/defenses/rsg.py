@@ -474,6 +474,19 @@ def flag_overlap(a: RSGAudit | np.ndarray, b: RSGAudit | np.ndarray) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+def snapshot_free_score(evidence: dict[str, Any]) -> float:
+    """max(D_i, I_i) of a document's audit row (:meth:`RSGRow.to_dict`): its density contrast or
+    integrity alert, without the corpus-relative tail normalisation of the score.
+
+    The score T_i = min(1, 0.5·f_T/p_i) sits at 0.5·f_T for every passage of ordinary density, and
+    f_T = 0.05 − f_I moves with each snapshot's share of integrity alerts: compared with a null
+    learned on the clean snapshot, every passage of an attacked snapshot looked like the clean tail
+    (measured on msmarco-gold, docs/results/suite.md). D_i and I_i depend on a passage's own
+    neighbours and text only, so a clean null of them holds on any snapshot. Fusion's ``rsg``
+    evidence (docs/algorithms.md §14.2)."""
+    return float(max(float(evidence["local_density_contrast"]), float(evidence["script_integrity_score"])))
+
+
 RSG_DEFAULTS = RSGParams()
 
 

@@ -243,3 +243,39 @@ def test_refill_factor_is_calibrated_within_the_budget_and_checked():
     assert removed <= int(0.1 * scored)
     with pytest.raises(ValueError, match="refill_factor must be >= 1"):
         Fusion(refill_factor=0.5)
+
+
+def _lone_trigger_ranking():
+    # a poison that repeats the question (L2 alone separates it) but is otherwise an ordinary clean
+    # passage: cohesion, perplexity and ROUGE-L sit below every clean value (p = 1)
+    poison = f"{Q} " + CLEAN[40]
+    texts = [CLEAN[30], poison] + CLEAN[31:54]
+    return ranking_of(Q, texts, poison=[t == poison for t in texts])
+
+
+def test_no_regret_one_evidence_that_separates_the_poison_removes_it_alone():
+    """The Cauchy combination lets three evidences at p = 1 veto the one that separates the poison;
+    with ``component_budget`` the separating evidence decides alone, within its own clean budget."""
+    res = resources_with()
+    ev = ("l2", "cohesion", "perplexity", "rouge")
+    clean = _clean_rankings(16)
+    diluted = Fusion(evidence=ev, refill_factor=1.0).calibrate(clean, res)
+    d1 = diluted.apply(_lone_trigger_ranking(), res, k_ctx=5).decisions[1]
+    assert not d1.removed and d1.evidence["p_values"]["l2"] < 0.05 and d1.evidence["p_values"]["cohesion"] == 1.0
+    guarded = Fusion(evidence=ev, refill_factor=1.0, component_budget=0.01).calibrate(clean, res)
+    d2 = guarded.apply(_lone_trigger_ranking(), res, k_ctx=5).decisions[1]
+    assert d2.removed and d2.evidence["decisive"] == ["l2"]
+    assert d2.score < d2.threshold and "removed by that evidence alone" in d2.reason
+    # each evidence's own threshold removes at most 1 % of the clean calibration values
+    for e, t in guarded.component_thresholds_.items():
+        vals = guarded.null_[e]
+        assert (vals >= t).sum() <= int(0.01 * vals.size), e
+    # and the whole procedure stays within the budget on the calibration queries
+    removed, scored = guarded.calibration_removal_
+    assert removed <= int(0.05 * scored + 1e-9)
+    # the component rule is off by default and checked
+    assert Fusion().component_budget == 0.0
+    with pytest.raises(ValueError, match="component_budget"):
+        Fusion(component_budget=0.5)
+    with pytest.raises(ValueError, match="ties"):
+        Fusion(ties="random")

@@ -49,3 +49,19 @@ def test_query_folds_deal_queries_round_robin_and_need_two_queries():
     assert query_folds([7, 7, 3, 9, 3], 2) == {3: 0, 7: 1, 9: 0}
     assert query_folds([1, 2, 3], 8) == {1: 0, 2: 1, 3: 2}      # at most one fold per query
     assert query_folds([4, 4, 4], 8) is None
+
+
+def test_mid_p_counts_a_tie_half_and_never_vetoes_a_pile_at_the_bottom():
+    null = np.sort(np.array([0.0, 0.0, 0.0, 0.2, 0.5]))
+    # three clean values tied at 0: conservatively p = 1 (a Cauchy veto), mid-p (½ + 2 + 3/2) / 6
+    assert empirical_p(null, 0.0) == pytest.approx(1.0)
+    assert empirical_p(null, 0.0, ties="mid") == pytest.approx(4.0 / 6)
+    # tied with the clean maximum: half of it counts, and the document itself half
+    assert empirical_p(null, 0.5, ties="mid") == pytest.approx((0.5 + 0.5) / 6)
+    assert empirical_p(null, 0.5) == pytest.approx(2 / 6)
+    # above every clean value: the floor halves, ½ / (n + 1)
+    assert empirical_p(null, 0.9, ties="mid") == pytest.approx(0.5 / 6)
+    # a calibration document leaves itself out: the other four, with two zeros tied
+    assert empirical_p(null, 0.0, member=True, ties="mid") == pytest.approx((0.5 + 2 + 1.0) / 5)
+    with pytest.raises(ValueError, match="ties"):
+        empirical_p(null, 0.1, ties="random")

@@ -1,0 +1,198 @@
+"""Context conflict: two context passages answer the question differently, and the answer stated by
+more independent sources of the corpus wins (docs/algorithms.md §14.5).
+
+``answer_consistency`` (§14.1) counts how many corpus passages state each candidate's answer, so
+five poisons written by one attacker are five supporters of the attacker's answer and the one true
+passage is the odd one out. Conflict counts **sources** instead:
+
+1. each of the first ``k_ctx`` passages gets its lexical answer (:func:`extract_answer`);
+2. the *supporters* of an answer are the passages of the fitted snapshot whose answer sentence to
+   the query states it (the corpus rule of :mod:`sieve.defenses.answer_corpus`), the passage itself
+   included, passages already removed excluded, at most ``max_supporters``;
+3. supporters are merged into one source when they are near-copies (Jaccard of their content words
+   beyond the question and the answer ≥ ``duplicate_jaccard``, as in §14.1) or near-paraphrases in the retriever's space (cosine of their snapshot
+   vectors ≥ ``source_cosine``): one author writing five variants is one source. S(a) = the number
+   of sources;
+4. a passage conflicts with another context passage when neither states the other's answer; its
+   score is w · max(0, max over conflicting passages j of ln(1 + S(a_j)) − ln(1 + S(a_i))), w the
+   share of the question's words in its answer sentence. No conflicting passage, or a tie: 0.
+
+A lone poison beside a true passage that two independent pages corroborate scores ln 3 − ln 2 > 0;
+five agreeing poisons (one source) against one true passage (one source) score 0 on both sides, so
+the true passage is never removed *by this evidence* for being outnumbered. Calibrated on clean
+rankings with the one budget rule (§9.2); 0 abstains in fusion (most clean contexts agree).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from sieve.constants import K_CTX
+from sieve.defenses.answer_corpus import AnswerIndex, answers_query
+from sieve.defenses.answer_evidence import Answer, _content_words, answer_sentence, extract_answer, jaccard, states
+from sieve.defenses.base import Defense
+from sieve.registry import DEFENSES
+from sieve.types import Ranking, Score, Scores
+
+if TYPE_CHECKING:
+    from sieve.resources import Resources
+
+
+def _sources(members: Sequence[int], words: Sequence[frozenset[str]], vectors: np.ndarray | None,
+             duplicate_jaccard: float, source_cosine: float) -> int:
+    """Connected components of ``members`` under "near-copy or near-paraphrase" (module docstring, 3)."""
+    n = len(members)
+    parent = list(range(n))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    sims = None
+    if vectors is not None and n > 1:
+        V = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        sims = V @ V.T
+    for a in range(n):
+        for b in range(a + 1, n):
+            same = jaccard(words[a], words[b]) >= duplicate_jaccard
+            if not same and sims is not None and np.isfinite(sims[a, b]):
+                same = bool(sims[a, b] >= source_cosine)
+            if same:
+                parent[find(a)] = find(b)
+    return len({find(a) for a in range(n)})
+
+
+@DEFENSES.register
+class ContextConflict(Defense):
+    """Context conflict with source-counted corpus support (module docstring; docs/algorithms.md §14.5).
+
+    Parameters: ``threshold`` (removal at score ≥ threshold; ``None`` = calibrate on clean rankings),
+    ``duplicate_jaccard`` (0.5), ``source_cosine`` (0.9: supporters at least this close in the
+    retriever's space are one source), ``max_supporters`` (32 per answer). Learned in ``fit``:
+    ``index_`` (the snapshot's answer index) and ``rows_`` (id → row of the snapshot's vectors)."""
+
+    name = "context_conflict"
+    summary = ("Removes a context passage whose answer conflicts with another context passage's answer that more "
+               "independent sources of the corpus state (near-copies and near-paraphrases count once).")
+    paper = "Sieve extension (docs/algorithms.md §14.5)"
+    needs = ()
+    threshold_param = "threshold"
+    corpus_time = True
+    requires_calibration = True
+
+    # parameters (set by __init__ through Params; declared for type checkers)
+    threshold: float | None
+    duplicate_jaccard: float
+    source_cosine: float
+    max_supporters: int
+
+    def __init__(self, threshold: float | None = None, duplicate_jaccard: float = 0.5, source_cosine: float = 0.9,
+                 max_supporters: int = 32) -> None:
+        if not 0.0 < float(duplicate_jaccard) <= 1.0:
+            raise ValueError(f"context_conflict: duplicate_jaccard must be in (0, 1]; got {duplicate_jaccard!r}")
+        if not -1.0 <= float(source_cosine) <= 1.0:
+            raise ValueError(f"context_conflict: source_cosine must be in [-1, 1]; got {source_cosine!r}")
+        if int(max_supporters) < 1:
+            raise ValueError(f"context_conflict: max_supporters must be >= 1; got {max_supporters!r}")
+        super().__init__(threshold=threshold, duplicate_jaccard=duplicate_jaccard, source_cosine=source_cosine,
+                         max_supporters=max_supporters)
+
+    def fit(self, snapshot: Any, resources: "Resources | None" = None) -> "ContextConflict":
+        """Index the snapshot's passages (``ids``, ``documents``) and keep its vectors (no labels read)."""
+        self.index_ = AnswerIndex.of_snapshot(snapshot)
+        vectors = getattr(snapshot, "vectors", None)
+        self.vectors_ = None if vectors is None else vectors
+        self.rows_ = {pid: j for j, pid in enumerate(self.index_.ids)}
+        return self
+
+    def _supporters(self, query: str, phrase: frozenset[str], own: int | None, exclude: frozenset[str]) -> list[int]:
+        """Snapshot positions whose answer sentence states ``phrase`` (module docstring, 2)."""
+        index: AnswerIndex = self.index_
+        q = set(_content_words(query))
+        found: set[int] = set() if own is None else {own}
+        half = (len(phrase) + 1) // 2
+        for j in index.containing(phrase, at_least=half):
+            j = int(j)
+            if index.ids[j] in exclude or j in found:
+                continue
+            if len(phrase & (frozenset(_content_words(answer_sentence(query, index.texts[j]))) - q)) >= half:
+                found.add(j)
+                if len(found) >= int(self.max_supporters):
+                    break
+        return sorted(found)
+
+    def _support(self, query: str, answer: Answer, own: int | None, exclude: frozenset[str]) -> int:
+        """S(a): the sources of the answer's best-supported phrase (module docstring, 2–3)."""
+        index: AnswerIndex = self.index_
+        q = frozenset(_content_words(query))
+        best = 0
+        for phrase in (answer.phrases or ((answer.tokens,) if answer.tokens else ())):
+            if not phrase:
+                continue
+            rows = self._supporters(query, phrase, own, exclude)
+            vecs = None if self.vectors_ is None or not rows else np.asarray(self.vectors_[rows], dtype=np.float32)
+            strip = q | answer.tokens          # independence is judged beyond the question and the answer
+            n = _sources(rows, [index.words[j] - strip for j in rows], vecs, float(self.duplicate_jaccard),
+                         float(self.source_cosine))
+            best = max(best, n + (0 if own is not None else 1))   # a passage outside the snapshot is a source too
+        return best
+
+    def conflict_scores(self, ranking: Ranking, k_ctx: int | None = K_CTX,
+                        exclude_ids: frozenset[str] = frozenset()) -> dict[int, dict[str, Any]]:
+        """THE conflict evidence of the first ``k_ctx`` documents (read by this defense and by fusion's
+        ``conflict`` evidence): per position, the score and what it was computed from."""
+        docs = ranking.documents
+        k = len(docs) if k_ctx is None else min(int(k_ctx), len(docs))
+        index: AnswerIndex | None = getattr(self, "index_", None)
+        answers = {i: extract_answer(ranking.query, docs[i].text) for i in range(k)}
+        words = {i: frozenset(_content_words(docs[i].text)) for i in range(k)}
+        support: dict[int, int] = {}
+        for i in range(k):
+            if not answers[i].tokens:
+                support[i] = 0
+                continue
+            if index is None:       # not fitted: the context's own sources only
+                members_words = [words[j] for j in range(k) if states(answers[i], words[j])]
+                support[i] = _sources(list(range(len(members_words))), members_words, None,
+                                      float(self.duplicate_jaccard), float(self.source_cosine))
+                continue
+            support[i] = self._support(ranking.query, answers[i], self.rows_.get(docs[i].id), exclude_ids)
+        out: dict[int, dict[str, Any]] = {}
+        for i in range(k):
+            rivals = [j for j in range(k) if j != i and answers[i].tokens and answers[j].tokens
+                      and not states(answers[i], words[j]) and not states(answers[j], words[i])]
+            w = answers_query(ranking.query, answers[i])
+            best = max(rivals, key=lambda j: (support[j], -j)) if rivals else None
+            gap = (math.log1p(support[best]) - math.log1p(support[i])) if best is not None else 0.0
+            out[i] = {"score": round(w * max(0.0, gap), 9), "answer": answers[i].text, "sources": support[i],
+                      "rival": None if best is None else docs[best].id,
+                      "rival_answer": None if best is None else answers[best].text,
+                      "rival_sources": None if best is None else support[best], "answers_query": round(w, 4)}
+        return out
+
+    def score(self, ranking: Ranking, resources: "Resources | None" = None, k_ctx: int | None = K_CTX) -> Scores:
+        ev = self.conflict_scores(ranking, k_ctx)
+        warnings = ([] if getattr(self, "index_", None) is not None else
+                    ["context_conflict: not fitted on a corpus snapshot; sources counted in the context only"])
+        out = []
+        for i, d in enumerate(ranking.documents):
+            e = ev.get(i)
+            if e is None:
+                out.append(Score(d.id, None, "not_examined", "conflict",
+                                 note=f"rank {i + 1} is outside the first {len(ev)} (the context)"))
+                continue
+            out.append(Score(d.id, e["score"], "scored", "conflict", e))
+        return Scores(out, {}, warnings)
+
+    def explain(self, s: Score, removed: bool, threshold: float | None) -> str:
+        e = s.evidence
+        what = (f"answer {str(e.get('answer'))[:50]!r} from {e.get('sources')} source(s)"
+                + (f" against {str(e.get('rival_answer'))[:50]!r} from {e.get('rival_sources')} ({e.get('rival')})"
+                   if e.get("rival") else ", no conflicting passage in the context"))
+        if threshold is None:
+            return f"{what}; score {s.value:.2f} (no threshold set: calibrate on clean rankings); kept"
+        return f"{what}; score {s.value:.2f} {'≥' if removed else '<'} {threshold:.2f}; {'removed' if removed else 'kept'}"
