@@ -208,3 +208,43 @@ def test_calibration_without_queries_is_one_line(chroma_source, tmp_path):
     r = _run("-m", "sieve.service", src, "--retriever", "tiny-hashing", "--calibration", str(empty),
              "--ledger", str(tmp_path / "l.sqlite"), "--port", "1", env_cache=tmp_path / "cache")
     _one_error(r, "--calibration", "queries")
+
+
+def test_filter_over_a_chroma_http_server_source(tmp_path, monkeypatch):
+    """The collection served by ``chroma run`` on 127.0.0.1 (read through chromadb's HttpClient) as
+    the service's corpus: the same ledger exclusion."""
+    import shutil
+
+    exe = shutil.which("chroma") or str(Path(sys.executable).with_name("chroma"))
+    if not Path(exe).exists():
+        pytest.skip("chroma's server command is not installed")
+    monkeypatch.setenv("SIEVE_CACHE_DIR", str(tmp_path / "cache"))
+    _, docs = _filled("chroma", tmp_path)
+    led, poison, clean = _confirmed(tmp_path / "ledger.sqlite", docs)
+    port = _free_port()
+    proc = subprocess.Popen([exe, "run", "--path", str(tmp_path / "chroma"), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import chromadb
+
+        t_end = time.monotonic() + 120                     # hang guard
+        while True:
+            try:
+                chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                assert time.monotonic() < t_end and proc.poll() is None, "chroma run did not start"
+                time.sleep(0.5)
+        a = parser().parse_args([f"chroma://127.0.0.1:{port}?collection=demo", "--retriever", "tiny-hashing",
+                                 "--store-model", "tiny-hashing", "--ledger", str(led), "--preload", "rsg"])
+        state, _, _ = build_state(a)                     # rsg is fitted on the collection read over HTTP
+        assert len(state.experiment.dataset.documents) == len(docs) and "rsg" in state.filter.prepared()
+        c = TestClient(create_app(state))
+        retrieved = [poison, clean] + docs[1:4]
+        r = c.post("/v1/filter", json=_body(retrieved, "what does the passage say"))
+        assert r.status_code == 200, r.text
+        assert r.json()["quarantined"] == [poison.id]
+        assert [d["id"] for d in r.json()["context"]] == [d.id for d in retrieved if d.id != poison.id]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
