@@ -166,8 +166,14 @@ with state.page_guard("Query explorer"):
     for name, err in result.errors.items():
         st.warning(f"{md(name)}: {md(err)}")
     for name, r in result.results.items():
+        # a defense that could score nothing here says so where it shows, with what the analyst can do
+        dead = bool(r.decisions) and all(d.status == "unavailable" for d in r.decisions)
         for w in r.warnings:
-            st.caption(f"Warning — {md(name)}: {md(snippet(w, 200))}")
+            if dead:
+                st.warning(f"{md(name)} cannot score this query on this corpus: {md(snippet(w, 200))}. Its column "
+                           "reads 'unavailable'. Deselect it under Defenses, or load a larger corpus on *Corpus & index*.")
+            else:
+                st.caption(f"Warning — {md(name)}: {md(snippet(w, 200))}")
 
     tgt = targets.get(query_id)
     if tgt is not None:

@@ -181,14 +181,15 @@ def l1_note(name: str, result: DefenseResult, ranking: Ranking, cost: dict[str, 
     """Plain words beside a TRIS result whose Layer 1 removed passages on this query: L1 keeps only
     the largest judge-space cluster of the top-k by design, so on a small corpus it removes
     relevant passages too; with ``cost`` (:func:`sieve.dashboard.runs.clean_cost` of the shipped
-    run) the measured clean removal rate and clean accuracy are named. None when L1 removed nothing.
+    run) the measured clean removal rate and clean accuracy are named. None when L1 removed no clean
+    passage here.
     The text is our own words plus numbers and names (the caller escapes it for markdown)."""
     removed = l1_removals(result)
-    if not removed:
-        return None
     rank = {d.id: d.rank for d in ranking.documents}
     ranks = sorted(rank[d.doc_id] for d in removed if d.doc_id in rank)
     clean = sum(1 for d in ranking.documents if d.id in {x.doc_id for x in removed} and not d.poison)
+    if not clean:   # nothing but poisons removed (or nothing at all): L1 did its job, no caveat to state
+        return None
     where = _rank_span(ranks)
     text = (f"{name}: Layer 1 removed {len(removed)} passage(s) of the top {len(ranking.documents)} here ({where}; "
             f"{clean} of them not poisons). "

@@ -4,12 +4,11 @@ error text, and a screenshot is saved under test-artifacts/screenshots/<page>.pn
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-from _browser import CHROMEDRIVER, CHROMIUM, chrome, full_shot, streamlit_app
+from _browser import CHROMEDRIVER, CHROMIUM, chrome, full_shot, streamlit_app, wait_rendered
 
 PAGES = ["overview", "corpus", "explorer", "geometry", "tradeoffs", "attack-lab", "alerts"]
 BAD_TEXT = ("Traceback", "Something went wrong", "Error:", "StreamlitAPIException")
@@ -33,27 +32,6 @@ def driver(tmp_path_factory):
         yield d
 
 
-def _wait_rendered(driver, timeout: float) -> None:
-    """Wait until the script run has finished (the app root's ``data-test-script-state`` is no longer
-    initial/running), no spinner is shown, and this holds for a few seconds."""
-    from selenium.webdriver.common.by import By
-
-    deadline = time.time() + timeout
-    quiet_since = None
-    while time.time() < deadline:
-        states = [e.get_attribute("data-test-script-state")
-                  for e in driver.find_elements(By.CSS_SELECTOR, "[data-test-script-state]")]
-        spinners = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSpinner"]')
-        titles = driver.find_elements(By.CSS_SELECTOR, "h1")
-        done = states and all(s not in ("initial", "running", "rerunRequested") for s in states)
-        if done and titles and not spinners:
-            quiet_since = quiet_since or time.time()
-            if time.time() - quiet_since > 3:
-                return
-        else:
-            quiet_since = None
-        time.sleep(0.5)
-    raise TimeoutError("page did not finish rendering")
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -61,7 +39,7 @@ def test_page_in_browser(server, driver, name):
     from selenium.webdriver.common.by import By
 
     driver.get(f"{server}/{name}")
-    _wait_rendered(driver, timeout=900)
+    wait_rendered(driver, timeout=900)
     full_shot(driver, name)
     body = driver.find_element(By.TAG_NAME, "body").text
     assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'), f"exception element on {name}"

@@ -11,9 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-from test_browser import _wait_rendered
 
-from _browser import CHROMEDRIVER, CHROMIUM, chrome, full_shot, streamlit_app
+from _browser import CHROMEDRIVER, CHROMIUM, chrome, full_shot, streamlit_app, wait_rendered
 from _dashdata import ROOT
 
 pytestmark = [pytest.mark.browser]
@@ -44,7 +43,7 @@ def test_deep_link_first_visit_of_fresh_server(tmp_path, link, tiny_env):
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
     with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
         driver.get(f"{url}/{link}")          # the first visit of this server
-        _wait_rendered(driver, timeout=300)
+        wait_rendered(driver, timeout=300)
         body = driver.find_element(By.TAG_NAME, "body").text
         assert "Page not found" not in body
         assert DEEP_LINKS[link] in [h.text for h in driver.find_elements(By.CSS_SELECTOR, "h1")]

@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_browser import _wait_rendered
 
-from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, streamlit_app
+from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, streamlit_app, wait_rendered
 from _dashdata import write_tiny_dataset, write_tiny_run
 
 pytestmark = [pytest.mark.browser]
@@ -124,7 +123,7 @@ def test_hostile_text_makes_no_outside_request(hostile_server, browser, trap):
     base, hits = trap
     for name in ("overview", "corpus", "explorer", "geometry", "tradeoffs", "attack-lab", "alerts"):
         browser.get(f"{hostile_server}/{name}")
-        _wait_rendered(browser, timeout=300)
+        wait_rendered(browser, timeout=300)
         time.sleep(1.0)
         _shot(browser, f"hostile-{name}")
         assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'), name
@@ -139,7 +138,7 @@ def test_geometry_click_selects_point_and_settles(hostile_server, browser):
     from selenium.webdriver.common.by import By
 
     browser.get(f"{hostile_server}/geometry")
-    _wait_rendered(browser, timeout=300)
+    wait_rendered(browser, timeout=300)
     charts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
     assert len(charts) >= 2
     corpus_map = charts[-1]
@@ -166,7 +165,7 @@ def test_geometry_click_selects_point_and_settles(hostile_server, browser):
         except Exception:  # noqa: BLE001 - overlapped marker: try the next point
             continue
     assert clicked
-    _wait_rendered(browser, timeout=120)        # raises TimeoutError if the page never settles
+    wait_rendered(browser, timeout=120)        # raises TimeoutError if the page never settles
     _shot(browser, "geometry-click-after")
     after = picker_value()
     assert after != before, "the clicked point became the selected document"

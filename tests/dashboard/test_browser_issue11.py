@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_browser import _wait_rendered
 
-from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, full_shot, streamlit_app
+from _browser import CHROMEDRIVER, CHROMIUM, SHOTS, chrome, full_shot, select, streamlit_app, wait_rendered
 from _dashdata import write_tiny_dataset, write_tiny_run
 
 pytestmark = [pytest.mark.browser]
@@ -35,20 +34,6 @@ def browser(tmp_path_factory):
         yield d
 
 
-def _select(driver, label: str, option_text: str) -> None:
-    """Pick the option containing ``option_text`` in the selectbox labelled ``label``."""
-    from selenium.webdriver.common.by import By
-
-    box = driver.find_element(By.CSS_SELECTOR, f'[data-testid="stSelectbox"] input[aria-label="{label}"]')
-    box.find_element(By.XPATH, "following-sibling::button").click()
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        opts = [o for o in driver.find_elements(By.CSS_SELECTOR, '[role="option"]') if option_text in o.text]
-        if opts:
-            opts[0].click()
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"no option {option_text!r} in {label!r}")
 
 
 def _full_shot(driver, name: str) -> None:
@@ -77,13 +62,13 @@ def test_explorer_rolled_back_alert_reads_restored(tmp_path_factory, browser):
                SIEVE_DASHBOARD_LEDGER=str(ledger))
     with streamlit_app(env, tmp / "streamlit.log") as url:
         browser.get(f"{url}/explorer")
-        _wait_rendered(browser, timeout=300)
-        _select(browser, "Attack condition", "pr_b")
-        _wait_rendered(browser, timeout=300)
-        _select(browser, "Question", "q-chess")
-        _wait_rendered(browser, timeout=300)
-        _select(browser, "Document", "attack:pr_b:q-chess:1")
-        _wait_rendered(browser, timeout=300)
+        wait_rendered(browser, timeout=300)
+        select(browser, "Attack condition", "pr_b")
+        wait_rendered(browser, timeout=300)
+        select(browser, "Question", "q-chess")
+        wait_rendered(browser, timeout=300)
+        select(browser, "Document", "attack:pr_b:q-chess:1")
+        wait_rendered(browser, timeout=300)
         tab = next(t for t in browser.find_elements(By.CSS_SELECTOR, '[role="tab"]') if t.text.strip() == "Decisions")
         tab.click()
         time.sleep(2)
@@ -107,16 +92,16 @@ def test_attack_lab_class_mode_flips_in_browser(tmp_path_factory, browser):
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp / "ledger.sqlite")
     with streamlit_app(env, tmp / "streamlit.log") as url:
         browser.get(f"{url}/attack-lab")      # a deep link as the very first visit (a teacher's shared link)
-        _wait_rendered(browser, timeout=600)
+        wait_rendered(browser, timeout=600)
         assert "Page not found" not in browser.find_element(By.TAG_NAME, "body").text
         toggle = next(e for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stCheckbox"] label')
                       if "Class mode" in e.text)
         toggle.click()
-        _wait_rendered(browser, timeout=600)
+        wait_rendered(browser, timeout=600)
         btn = next(b for b in browser.find_elements(By.TAG_NAME, "button")
                    if "Generate answers (clean, poisoned, defended)" in b.text)
         btn.click()
-        _wait_rendered(browser, timeout=600)
+        wait_rendered(browser, timeout=600)
         body = browser.find_element(By.TAG_NAME, "body").text
         assert "✓ The clean pipeline answers correctly" in body
         assert "in class mode the undefended answer flips to the target" in body

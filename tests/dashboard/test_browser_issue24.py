@@ -12,10 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
-from test_browser import _wait_rendered
-from test_browser_issue11 import _select
 
-from _browser import CHROMEDRIVER, CHROMIUM, chrome, full_shot, streamlit_app
+from _browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    body_text,
+    button,
+    chrome,
+    full_shot,
+    select,
+    selectbox_text,
+    streamlit_app,
+    type_into,
+    wait_rendered,
+)
 
 pytestmark = [pytest.mark.browser]
 
@@ -31,64 +41,33 @@ def tiny_server(tmp_path, tiny_env):
         yield url, driver
 
 
-def _button(driver, text: str):
-    from selenium.webdriver.common.by import By
-
-    return next(b for b in driver.find_elements(By.TAG_NAME, "button") if b.text.strip() == text)
-
-
-def _selectbox_text(driver, label: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    box = driver.find_element(By.CSS_SELECTOR, f'[data-testid="stSelectbox"] input[aria-label="{label}"]')
-    shown = box.find_element(By.XPATH, "ancestor::*[@data-testid='stSelectbox'][1]").text.replace(label, "", 1)
-    return (box.get_attribute("value") or "") + shown.strip()   # the combobox shows the value in its input
-
-
-def _type(driver, label: str, text: str) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-
-    box = driver.find_element(By.CSS_SELECTOR, f'input[aria-label="{label}"]')
-    box.click()
-    box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(text)
-    box.send_keys(Keys.TAB)   # commits the value (a rerun)
-
-
-def _body(driver) -> str:
-    from selenium.webdriver.common.by import By
-
-    return driver.find_element(By.TAG_NAME, "body").text
-
-
 def test_alerts_label_reason_box_and_export_in_browser(tiny_server):
     from selenium.webdriver.common.by import By
 
     url, driver = tiny_server
     driver.get(f"{url}/alerts")
-    _wait_rendered(driver, timeout=300)
-    assert "Audit and record flags" in _body(driver), "an empty ledger shows the audit box open"
-    _select(driver, "Snapshot", "pr_b")
-    _wait_rendered(driver, timeout=300)
-    _button(driver, "Audit and record flags").click()
-    _wait_rendered(driver, timeout=300)
-    assert "new alerts" in _body(driver)
-    _button(driver, "Export CSV").click()
+    wait_rendered(driver, timeout=300)
+    assert "Audit and record flags" in body_text(driver), "an empty ledger shows the audit box open"
+    select(driver, "Snapshot", "pr_b")
+    wait_rendered(driver, timeout=300)
+    button(driver, "Audit and record flags").click()
+    wait_rendered(driver, timeout=300)
+    assert "new alerts" in body_text(driver)
+    button(driver, "Export CSV").click()
     time.sleep(2)
-    _wait_rendered(driver, timeout=120)
-    assert "new alerts" in _body(driver), "exporting does not clear the message"
+    wait_rendered(driver, timeout=120)
+    assert "new alerts" in body_text(driver), "exporting does not clear the message"
 
-    before = _selectbox_text(driver, "Alert")
+    before = selectbox_text(driver, "Alert")
     assert "· open ·" in before, before
     doc = before.split(" · ")[0].strip()
-    _type(driver, "Reason for the decision", "poison, checked by hand")
-    _wait_rendered(driver, timeout=120)
-    _button(driver, "Confirm (keep quarantined)").click()
-    _wait_rendered(driver, timeout=120)
-    after = _selectbox_text(driver, "Alert")
+    type_into(driver, "Reason for the decision", "poison, checked by hand")
+    wait_rendered(driver, timeout=120)
+    button(driver, "Confirm (keep quarantined)").click()
+    wait_rendered(driver, timeout=120)
+    after = selectbox_text(driver, "Alert")
     assert after.startswith(doc) and "· confirmed ·" in after and "· open ·" not in after, after
-    assert "state confirmed" in _body(driver)
+    assert "state confirmed" in body_text(driver)
     reason = driver.find_element(By.CSS_SELECTOR, 'input[aria-label="Reason for the decision"]')
     assert reason.get_attribute("value") == "", "the confirm reason does not carry over to a rollback"
     full_shot(driver, "alerts-after-confirm")
@@ -99,7 +78,7 @@ def _timed(driver, action, timeout: float = 900) -> float:
     t0 = time.perf_counter()
     action()
     time.sleep(0.3)
-    _wait_rendered(driver, timeout=timeout)
+    wait_rendered(driver, timeout=timeout)
     return time.perf_counter() - t0 - 3.0   # _wait_rendered waits 3 s of quiet after the run ends
 
 
@@ -125,7 +104,7 @@ def test_newcomer_timings_on_the_demo(tmp_path):
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
     with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
         timings["first_explorer_visit_s"] = _timed(driver, lambda: driver.get(f"{url}/explorer"))
-        body = _body(driver)
+        body = body_text(driver)
         m = re.search(r"explorer call (\d+) ms", body)
         timings["first_explorer_call_ms"] = float(m.group(1)) if m else -1
         assert "fusion" in body
@@ -134,21 +113,21 @@ def test_newcomer_timings_on_the_demo(tmp_path):
         from sieve.corpus import load_dataset
 
         second = load_dataset(ROOT / "demo_data").targets[1].query_id
-        timings["second_query_s"] = _timed(driver, lambda: _select(driver, "Question", f"{second} —"), 300)
-        m = re.search(r"explorer call (\d+) ms", _body(driver))
+        timings["second_query_s"] = _timed(driver, lambda: select(driver, "Question", f"{second} —"), 300)
+        m = re.search(r"explorer call (\d+) ms", body_text(driver))
         timings["second_query_call_ms"] = float(m.group(1)) if m else -1
-        timings["condition_change_s"] = _timed(driver, lambda: _select(driver, "Attack condition", "pr_b"), 300)
-        m = re.search(r"explorer call (\d+) ms", _body(driver))
+        timings["condition_change_s"] = _timed(driver, lambda: select(driver, "Attack condition", "pr_b"), 300)
+        m = re.search(r"explorer call (\d+) ms", body_text(driver))
         timings["condition_change_call_ms"] = float(m.group(1)) if m else -1
         timings["lab_open_s"] = _timed(driver, lambda: driver.get(f"{url}/attack-lab"))
-        timings["lab_defended_s"] = _timed(driver, lambda: _button(driver, "Load the dataset's poisons").click())
-        body = _body(driver)
+        timings["lab_defended_s"] = _timed(driver, lambda: button(driver, "Load the dataset's poisons").click())
+        body = body_text(driver)
         m = re.search(r"Defense steps: (.*)", body)
         timings["lab_steps"] = m.group(1) if m else ""  # type: ignore[assignment]
-        timings["lab_answers_s"] = _timed(driver, lambda: _button(
+        timings["lab_answers_s"] = _timed(driver, lambda: button(
             driver, "Generate answers (clean, poisoned, defended)").click())
         full_shot(driver, "attack-lab-defaults-verdicts")
-        body = _body(driver)
+        body = body_text(driver)
         assert any(w in body for w in ("answer restored", "still poisoned", "answer lost", "attack failed"))
     (ROOT / "test-artifacts").mkdir(exist_ok=True)
     (ROOT / "test-artifacts" / "timings-issue24.json").write_text(json.dumps(timings, indent=1) + "\n")
@@ -168,11 +147,11 @@ def test_tradeoffs_small_n_no_delta_and_fast_rerun_in_browser(tmp_path):
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
     with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
         driver.get(f"{url}/tradeoffs")
-        _wait_rendered(driver, timeout=600)
-        _select(driver, "Defense", "rsq")
-        _wait_rendered(driver, timeout=300)
-        _select(driver, "Attack", "pr_b")
-        _wait_rendered(driver, timeout=300)
+        wait_rendered(driver, timeout=600)
+        select(driver, "Defense", "rsq")
+        wait_rendered(driver, timeout=300)
+        select(driver, "Attack", "pr_b")
+        wait_rendered(driver, timeout=300)
         labels = [e.text for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricLabel"]')]
         assert labels and all(" · n = " in t for t in labels), labels
         exp = next(e for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stExpander"]')
@@ -190,9 +169,9 @@ def test_tradeoffs_small_n_no_delta_and_fast_rerun_in_browser(tmp_path):
         t0 = time.perf_counter()
         switch.click()   # off = this threshold removes nothing: every RSQ metric moves
         time.sleep(0.3)
-        _wait_rendered(driver, timeout=300)
+        wait_rendered(driver, timeout=300)
         rerun_s = time.perf_counter() - t0 - 3.0
-        body = _body(driver)
+        body = body_text(driver)
         import re
 
         for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'):
@@ -202,8 +181,8 @@ def test_tradeoffs_small_n_no_delta_and_fast_rerun_in_browser(tmp_path):
         assert "`" not in body, "no literal markdown"
         full_shot(driver, "tradeoffs-small-n")
         driver.set_window_size(1500, 2200)
-        _button(driver, "Reset to the run's thresholds").click()
-        _wait_rendered(driver, timeout=300)
+        button(driver, "Reset to the run's thresholds").click()
+        wait_rendered(driver, timeout=300)
         assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricDelta"]'), "reset: recorded values"
         print({"tradeoffs_rerun_after_threshold_change_s": round(rerun_s, 1)})
         (Path(__file__).resolve().parents[2] / "test-artifacts").mkdir(exist_ok=True)

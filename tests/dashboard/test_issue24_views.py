@@ -206,23 +206,28 @@ def test_l1_note_names_the_shipped_runs_clean_removal():
     kept = DefenseResult(defense="tris", decisions=[Decision(doc_id=d.id, removed=False, status="scored", layer="L1")
                                                     for d in docs], context=docs[:5])
     assert E.l1_note("tris", kept, ranking, cost) is None
+    import dataclasses
+
+    poisoned = Ranking(query="q", query_id="q", condition="pr_b",
+                       documents=[dataclasses.replace(d, poison=d.rank <= 10) for d in docs])
+    assert E.l1_note("tris", result, poisoned, cost) is None, "only poisons removed: nothing to warn about"
 
 
-def test_explorer_says_beside_tris_that_l1_removes_by_design(dash_env):
-    at = _explorer()
-    table = at.dataframe[0].value
-    l1 = [i for i, v in zip(table["id"], table["tris"]) if v == "removed (L1)"]
-    notes = [i.value for i in at.info if "Layer 1 removed" in i.value]
-    if not l1:
-        assert not notes
-        pytest.skip("TRIS L1 removed nothing on this tiny question")
+@pytest.mark.parametrize("cond", ["clean", "pr_b"])
+def test_explorer_says_beside_tris_that_l1_removes_by_design(dash_env, cond):
     from sieve.dashboard.explorer import _rank_span
     from sieve.dashboard.safe import md_escape
 
-    ranks = [int(r) for r, v in zip(table["rank"], table["tris"]) if v == "removed (L1)"]
-    assert notes and "By design" in notes[0]
-    assert md_escape(f"here ({_rank_span(ranks)}") in notes[0] or md_escape(f"here ({_rank_span(ranks)},") in notes[0], \
-        notes[0]
+    at = _explorer(cond=cond)
+    table = at.dataframe[0].value
+    removed = [(int(r), p) for r, v, p in zip(table["rank"], table["tris"], table["poison"]) if v == "removed (L1)"]
+    notes = [i.value for i in at.info if "Layer 1 removed" in i.value]
+    if not any(p != "yes" for _, p in removed):
+        assert not notes, "a note only when L1 removed a clean passage"
+        return
+    assert len(notes) == 1 and "By design" in notes[0]
+    span = _rank_span([r for r, _ in removed])
+    assert md_escape(f"here ({span};") in notes[0] or md_escape(f"here ({span},") in notes[0], notes[0]
 
 
 # ---- item 5: Geometry and the ledger ------------------------------------------------------------
@@ -306,6 +311,8 @@ def test_uploaded_corpus_typed_query_visible_fix_and_no_wrong_verdict(dash_env):
     assert not at.exception
     table = at.dataframe[0].value
     assert len(table) == 3 and "fusion" not in table.columns
+    assert any(w.value.startswith("rsq cannot score this query on this corpus") and "Deselect it" in w.value
+               for w in at.warning), [w.value for w in at.warning]
     # the fix, in the UI: typed clean questions calibrate fusion, which then runs
     at.text_area(key="x_calib_questions").set_value("What was first domesticated in Ethiopia?\n"
                                                     "How does the knight move in chess?").run()
