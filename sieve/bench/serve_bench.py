@@ -1,6 +1,6 @@
 """``sieve bench serve``: latency, load shedding and shutdown of ``POST /v1/filter`` against a
 running ``sieve serve`` process, each against a baseline measured in the same run
-(docs/service.md, "Benchmark"; issue 26).
+(docs/service.md "Benchmark"; issue 26).
 
     sieve bench serve [--tiny] [--defenses fusion,tris_l2] [--sizes 20] [--requests 20] [--queries 8]
                       [--concurrency 8] [--load-requests 200] [--burst 40] [--server-args '--workers 2']

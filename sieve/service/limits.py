@@ -125,7 +125,7 @@ class Cancel:
     (``scope["sieve.cancel"]``, :func:`cancel_of`). The middleware sets it when the client
     disconnects or the server shuts down; ``run_deadline`` (a ``time.monotonic()`` value, or
     ``None``) is the latest time at which the request may still start another step. Endpoints call
-    :meth:`check` at their safe points (docs/service.md, "Cancellation"): a defense call that is
+    :meth:`check` at their safe points (docs/service.md "Cancellation"): a defense call that is
     already running is never interrupted."""
 
     GONE = "the client disconnected"
@@ -172,7 +172,7 @@ class AdmissionControl:
 
     A running request gets a :class:`Cancel` in its scope, set when its client disconnects, when the
     server shuts down, or (``run_deadline_s`` > 0) once it has run that long; the endpoint stops at
-    its next safe point (docs/service.md, "Cancellation"). Counters: ``shed`` (503 for capacity or
+    its next safe point (docs/service.md "Cancellation"). Counters: ``shed`` (503 for capacity or
     the queue deadline), ``dropped`` (abandoned while queued, never run)."""
 
     def __init__(self, app: Any, workers: int = 2, queue: int = 16, deadline_s: float = 10.0,

@@ -1,4 +1,4 @@
-"""The admission queue of ``sieve serve`` (sieve/service/limits.py, docs/service.md "Under load"):
+"""The admission queue of ``sieve serve`` (sieve/service/limits.py, docs/service.md "Under load and faults"):
 driven directly over ASGI with an app that blocks until the test releases it, so the outcomes are
 decided by events, not by timing: a full queue is answered 503 + Retry-After before any work, a
 request past its queue deadline is 503 and never runs, a request abandoned while queued is dropped
