@@ -113,14 +113,13 @@ def _store_experiment(a: argparse.Namespace, cfg: Any, ledger: Path) -> Any:
     return exp
 
 
-def check_calibration(exp: Any, specs: list[str], source: str) -> None:
+def check_calibration(has_queries: bool, specs: list[str], source: str) -> None:
     """Refuse to start when a ``--preload`` defense needs calibration and the corpus has no clean
     queries (a store source without ``--calibration``): one line naming what is missing."""
     from sieve.experiment import build_defense
     from sieve.experiment.defenses import needs_calibration
 
-    ds = exp.dataset
-    if ds.queries or ds.contexts:
+    if has_queries:
         return
     need = []
     for spec in specs:
@@ -155,14 +154,16 @@ def build_state(a: argparse.Namespace) -> tuple[Any, str | None, Path]:
     if not store and (a.calibration or a.store_model or a.reembed):
         raise StartError("--calibration, --store-model and --reembed apply to a store source "
                          "(chroma:, qdrant:, lancedb:); a dataset calibrates on its own clean queries")
+    specs = [s.strip() for s in a.preload.split(",") if s.strip()]
     if store:
+        if not a.calibration:   # known before the store is read: say so at once
+            check_calibration(False, specs, a.dataset)
         exp = _store_experiment(a, cfg, ledger)
     else:
         ds = load_dataset(Path(a.dataset))
-        exp = Experiment(ds, _resources(cfg, [d.text for d in ds.documents]), ledger_path=ledger, quarantine=a.quarantine, persist=True,
-                         progress=True)
-    specs = [s.strip() for s in a.preload.split(",") if s.strip()]
-    check_calibration(exp, specs, a.dataset)
+        exp = Experiment(ds, _resources(cfg, [d.text for d in ds.documents]), ledger_path=ledger,
+                         quarantine=a.quarantine, persist=True, progress=True)
+    check_calibration(bool(exp.dataset.queries or exp.dataset.contexts), specs, a.dataset)
     token = os.environ.get(a.token_env) or None
     state = ServiceState.build(exp, ledger_path=ledger, quarantine=a.quarantine, token=token,
                                clean_limit=a.clean_limit,
