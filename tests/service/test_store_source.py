@@ -185,6 +185,7 @@ def test_a_store_without_calibration_refuses_a_calibrated_preload_in_one_line(ch
     r = _run("-m", "sieve.service", src, "--retriever", "tiny-hashing", "--ledger", str(tmp_path / "l.sqlite"),
              "--port", "1", env_cache=tmp_path / "cache")      # default preload: fusion needs calibration
     _one_error(r, "fusion", "--calibration", "tris_l2")
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr   # refused before the store was read
 
 
 @pytest.mark.parametrize("args, needles", [
