@@ -260,9 +260,13 @@ def main() -> None:
         out += ["", f"shutdown: SIGTERM while {max(args.concurrency, 1)} clients keep sending",
                 f"  exited in {fmt(took)}; in flight: {inflight.get(200, 0)} answered, {inflight.get(503, 0)} shed "
                 f"(503), {sum(v for k, v in inflight.items() if k not in (200, 503))} cut off (connection closed)",
-                f"  baseline: idle server (same options) exited in {fmt(idle_took) if not args.no_idle_baseline else 'skipped'}"]
+                ("  baseline: skipped (--no-idle-baseline)" if args.no_idle_baseline
+                 else f"  baseline: idle server (same options) exited in {fmt(idle_took)}")]
     finally:
         server.stop()
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)   # ledgers and server logs of this run
 
     print()
     print(f"POST /v1/filter, demo_data pr_b rankings ({len(rankings)} queries cycled), k_ctx 5, sequential client; "
