@@ -55,6 +55,9 @@ with state.page_guard("Overview"):
         st.info("No evaluation run to show yet: " + state.friendly(e) + ". Create one with "
                    "`sieve eval demo_data --out demo_data/runs/demo`, or choose a run directory on *Trade-offs*.")
     else:
+        other = state.run_corpus_note(run)
+        if other:
+            st.info(md(other))
         df = pd.DataFrame(run.summary.get("results", []))
         cols = [c for c in ("defense", "attack", "queries", "poison_in_context_rate", "poison_removal_rate",
                             "clean_removal_rate", "auroc", "asr", "clean_acc", "latency_ms_p50") if c in df.columns]

@@ -191,7 +191,9 @@ with state.page_guard("Query explorer"):
     col_help = Gl.ranking_column_help(cols, list(result.results))
     st.dataframe(T.shown(table[cols], "", 4), hide_index=True, width="stretch",
                  height=min(420, 38 + 35 * max(1, len(table))),   # no blank rows below a short ranking
-                 column_config={**{c: st.column_config.Column(c, help=h) for c, h in col_help.items()},
+                 column_config={**{c: st.column_config.Column(c, help=h, width=T.id_width(table[c].tolist())
+                                                              if c in result.results else None)
+                                   for c, h in col_help.items()},   # a decision reads in full: "removed (fusion)"
                                 "id": T.id_column("id", table["id"].tolist(), help=col_help.get("id"))})
     st.caption("margin = score − threshold (positive = on the removal side); blank where the defense did not "
                "examine the passage or has no threshold (TRIS L1 removes a whole cluster).")

@@ -51,6 +51,9 @@ with state.page_guard("Trade-offs"):
         st.warning(state.friendly(e) + "\n\nCreate a run with `sieve eval demo_data --out demo_data/runs/demo` "
                    "(add `--generate` for answers and ASR) and enter its directory above.")
         st.stop()
+    other = state.run_corpus_note(run)
+    if other:
+        st.info(md(other))
     n_per = {c: sum(1 for r in run.records if r["condition"] == c and r["defense"] == run.defenses[0])
              for c in run.conditions}
     st.caption(f"{len(run.records)} records · defenses {md(', '.join(run.defenses))} · n per condition: "

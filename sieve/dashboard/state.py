@@ -207,12 +207,23 @@ def calibration() -> dict[str, dict[str, Any]]:
     detection run, then the demo's shipped calibration), used when the user sets none."""
     if S.tiny_mode():
         return {}
-    own = S.run_calibration(st.session_state.get("run_dir"))
+    run_dir = str(st.session_state.get("run_dir") or S.default_run_dir())
     ds = dataset()
     roc = R.default_roc_run()
-    if st.session_state.get("uploaded_dataset") is not None or roc is None or not S.is_demo_dataset(ds):
+    demo = st.session_state.get("uploaded_dataset") is None and roc is not None and S.is_demo_dataset(ds)
+    return _calibration(run_dir, _mtime_key(run_dir), str(roc) if demo else "",
+                        _mtime_key(str(roc)) + _mtime_key(str(S.SHIPPED_CALIBRATION)) if demo else "",
+                        ds.content_hash() if demo else "")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _calibration(run_dir: str, run_key: str, roc: str, roc_key: str, ds_hash: str) -> dict[str, dict[str, Any]]:
+    """:func:`calibration`, read once per state of its files (every rerun prepares the selected
+    defenses through the cache, and each asks for it)."""
+    own = S.run_calibration(run_dir)
+    if not roc:
         return own   # the demo's detection run and shipped calibration are for the demo corpus only
-    return S.merged_calibration(own, S.run_calibration(roc), S.shipped_calibration(ds.content_hash()))
+    return S.merged_calibration(own, S.run_calibration(roc), S.shipped_calibration(ds_hash))
 
 
 def defense(spec: str, condition: str, params: dict[str, Any] | None = None) -> "Defense":
@@ -407,6 +418,21 @@ def clean_cost(defense: str) -> tuple[dict[str, Any] | None, str]:
         if cost is not None:
             return cost, S.display_path(str(path))
     return None, ""
+
+
+def run_corpus_note(run_data: R.RunData) -> str | None:
+    """A plain sentence when a run was made on another corpus than the active dataset (after an
+    upload, the shipped demo runs are about the demo, not about the upload); None when they match or
+    the run does not say. Plain text: the caller escapes it for markdown."""
+    ds_info = (run_data.config or {}).get("dataset") or {}
+    digest = ds_info.get("corpus_sha256") if isinstance(ds_info, dict) else None
+    ds = dataset()
+    if not digest or digest == ds.content_hash():
+        return None
+    name = ds_info.get("name") or "another dataset"
+    return (f"This run was made on {name}, not on the active dataset {ds.name}: its numbers "
+            "are about that corpus. Make a run of yours with sieve eval DATASET --out DIR (add --generate for "
+            "answers) and enter its directory on Trade-offs.")
 
 
 def ledger() -> Any:

@@ -103,7 +103,7 @@ def test_upload_switches_every_page_and_a_failing_defense_says_how_to_fix_it(tin
     time.sleep(0.5)
     wait_rendered(driver, timeout=300)
     assert any("Loaded mine.jsonl: 3 documents, 0 questions" in a for a in _alerts(driver)), _alerts(driver)
-    assert "upload: Mine" in _sidebar(driver) or "upload: mine" in _sidebar(driver), _sidebar(driver)
+    assert "upload: mine" in _sidebar(driver), _sidebar(driver)
     assert "Record these" not in body_text(driver), "no 'Record these flags' with 0 flags"
 
     _nav(driver, "explorer")
@@ -171,3 +171,30 @@ def test_explorer_margins_blank_and_l1_note(tiny_server):
     if "removed (L1)" in body or "Layer 1 removed" in body:
         assert "By design, TRIS L1 keeps only the largest K-Means cluster" in body
     full_shot(driver, "explorer-blank-margins")
+
+
+@pytest.mark.realmodel
+def test_tris_l1_note_on_the_demo_apollo_question(tmp_path):
+    """Real models on the demo: the clean Apollo question, where TRIS L1 removes the top ranks by design;
+    the note beside the result gives the shipped run's clean removal (read from its summary here too)
+    → test-artifacts/screenshots/explorer-tris-l1-by-design.png."""
+    from _dashdata import ROOT
+    from sieve.dashboard.runs import clean_cost
+    from sieve.evaluation.records import read_summary
+
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("chromium/chromedriver not installed")
+    cost = clean_cost(read_summary(ROOT / "demo_data" / "runs" / "demo"), "tris")
+    assert cost is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
+    env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
+    with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
+        driver.get(f"{url}/explorer")
+        wait_rendered(driver, timeout=1200)
+        select(driver, "Question", "q-apollo-program-2 —")
+        time.sleep(0.5)
+        wait_rendered(driver, timeout=900)
+        body = body_text(driver)
+        assert "Layer 1 removed" in body and "By design, TRIS L1" in body
+        assert f"removes {cost['clean_removal_rate']:.2f} of the clean passages it examines" in body, body[:3000]
+        full_shot(driver, "explorer-tris-l1-by-design")

@@ -342,3 +342,41 @@ def test_overview_first_steps_say_how_to_bring_your_own_corpus(dash_env):
     no_error(at)
     first = next(m.value for m in at.markdown if m.value.startswith("1. **Query explorer**"))
     assert "3. **Your own corpus**" in first and "upload" in first and "clean questions" in first
+
+
+@pytest.mark.parametrize("name", ["0_overview.py", "1_corpus.py", "2_explorer.py", "3_geometry.py", "4_tradeoffs.py",
+                                  "5_attack-lab.py", "6_alerts.py"])
+def test_no_page_draws_a_raw_none_cell(fresh_ledger, name):
+    """Every table of every page (after an audit, so the Alerts page has a queue and evidence)."""
+    if name == "6_alerts.py":
+        at = AppTest.from_file(page(name), default_timeout=TIMEOUT).run()
+        at.selectbox(key="al_cond").set_value("pr_b").run()
+        at.button(key="al_audit").click().run()
+    elif name == "5_attack-lab.py":   # the dataset's poisons in the sandbox, every default defense, the answers
+        at = AppTest.from_file(page(name), default_timeout=TIMEOUT).run()
+        at.button(key="lab_load").click().run()
+        at.button(key="lab_answers").click().run()
+    else:
+        at = AppTest.from_file(page(name), default_timeout=TIMEOUT).run()
+    no_error(at)
+    assert at.dataframe or name == "3_geometry.py", name   # its neighbour table needs a flagged pick
+    for d in at.dataframe:
+        assert not raw_missing_cells(d), (name, list(d.value.columns), raw_missing_cells(d)[:5])
+
+
+def test_pages_say_when_the_run_is_about_another_corpus(dash_env):
+    from sieve.dashboard import session as S
+
+    at = AppTest.from_file(page("0_overview.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    assert not [i for i in at.info if "not on the active dataset" in i.value], "the run is about this corpus"
+    rows = [{"id": f"mine-{i}", "text": t} for i, t in enumerate(UPLOAD_TEXTS)]
+    ds = S.dataset_from_upload("mine.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    for name in ("0_overview.py", "4_tradeoffs.py"):
+        at = AppTest.from_file(page(name), default_timeout=TIMEOUT)
+        at.session_state["uploaded_dataset"] = ds
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("not on the active dataset mine" in i.value.replace("\\", "") for i in at.info), \
+            (name, [i.value for i in at.info])
+        assert "upload\\: mine" in at.sidebar.caption[0].value
