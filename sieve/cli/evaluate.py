@@ -118,7 +118,7 @@ def _store_dataset(source: str, queries: Optional[Path], attacks: Optional[str],
     agreement gate, else Sieve's re-embedding) with the clean queries of FILE
     (sieve/experiment/stores.py: ``store_eval_dataset``) and the resources that read it."""
     from sieve.cli.common import open_store_source, plain
-    from sieve.experiment.stores import store_eval_dataset
+    from sieve.experiment.stores import load_queries, store_eval_dataset
 
     if attacks:
         raise UserError("a store source has no attack families: sieve eval on a store runs the clean condition "
@@ -128,6 +128,7 @@ def _store_dataset(source: str, queries: Optional[Path], attacks: Optional[str],
                         "{\"id\", \"text\", \"answers\"?} per line, the dataset's queries.jsonl format)")
     if not queries.is_file():
         raise UserError(f"{queries}: queries file not found (--queries)")
+    load_queries(queries)                       # a bad queries file fails before the store is read
     exp, src = open_store_source(source, cfg, retriever_given=retriever_given, depth=depth)
     typer.echo(f"store      {plain(src.uri.canonical())}: {len(src.corpus)} documents; "
                f"vectors: {plain(src.decision.reason)}")
