@@ -3,6 +3,7 @@ current store; its flags equal a full re-audit's for the new documents; the old 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,3 +104,22 @@ def test_incremental_neighbours_equal_exact_search():
     assert np.array_equal(nb_i, ref_i) and np.allclose(nb_s, ref_s, atol=1e-6)
     assert counts["new"] == 51 and 10 in new_rows.tolist()
     assert changed[new_rows].all() and not changed.all()
+
+
+def test_since_an_approximate_snapshot_says_its_lists_stay_approximate(tmp_path, cache_env, demo_attacked):
+    """An earlier IVF audit's neighbour lists are merged as they are: the incremental report and
+    the new snapshot's state say ``ivf``, not exact."""
+    from sieve.experiment.stores import load_state
+
+    docs, vecs = demo_attacked
+    led = tmp_path / "ledger.sqlite"
+    src = fill("chroma", tmp_path, docs[:FIRST], vecs[:FIRST])
+    _, first = audit(src, tmp_path, "first", "--ledger", led, "--mode", "ivf")
+    assert first["knn"]["mode"] == "ivf"
+    fill("chroma", tmp_path, docs[FIRST:], vecs[FIRST:], start=FIRST)
+    res, inc = audit(src, tmp_path, "inc", "--ledger", led, "--since", first["snapshot_id"])
+    assert inc["knn"]["mode"] == "ivf" and first["snapshot_id"] in inc["knn"]["note"]
+    assert "rsg        ivf kNN" in res.output
+    with Ledger(led) as ledger:
+        state = load_state(Path(ledger.snapshot(inc["snapshot_id"])["state_path"]))
+    assert state["mode"] == "ivf"
