@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sieve.cli import app
 from sieve.corpus import load_dataset
-from tests.stores.conftest import DEMO, fill
+from tests.stores.conftest import DEMO, STORES, fill
 
 runner = CliRunner()
 LIMIT = 6
@@ -52,13 +52,13 @@ def jsonl_run(tmp_path_factory):
     return tmp / "run"
 
 
-@pytest.mark.parametrize("scheme", ["chroma", "lancedb"])
+@pytest.mark.parametrize("scheme", STORES)
 def test_eval_on_a_store_equals_the_jsonl_clean_run(scheme, tmp_path, cache_env, jsonl_run):
     from sieve.models.tiny import HashingEmbedder
 
     ds = load_dataset(DEMO)
     vecs = HashingEmbedder(dim=64).encode([d.model_text() for d in ds.documents])
-    src = fill(scheme, tmp_path, ds.documents, vecs)
+    src = fill(scheme, tmp_path, ds.documents, vecs) + "&model=tiny-hashing"   # Qdrant keeps no collection model
     res = run("eval", src, "--queries", DEMO / "queries.jsonl", "--out", tmp_path / "run", "--retriever",
               "tiny-hashing", "--defenses", DEFENSES, "--limit", LIMIT, "--no-llm", "--no-progress")
     assert res.exit_code == 0, res.output
