@@ -2,7 +2,8 @@
 
 Size: about 500 lines — the alerts schema, the state machine, the reads and the CSV export are one
 SQLite store. The snapshots table is sieve/ledger_snapshots.py; the errors and what is done with a
-damaged or unreadable file, sieve/ledger_errors.py (every name stays importable from here).
+damaged or unreadable file, sieve/ledger_errors.py; the CSV export, sieve/ledger_export.py (every
+name stays importable from here).
 
 docs/design.md "Product decisions": quarantine is never deletion. Each flag is one row with the
 document id and content hash, the corpus id/hash and index version it was computed on, the
@@ -31,7 +32,6 @@ confirmed quarantine needs a reason (``why``).
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -59,6 +59,7 @@ from sieve.ledger_errors import (  # noqa: F401 - re-exported: sieve.ledger is t
     _looks_damaged_sqlite,
     is_corruption,
 )
+from sieve.ledger_export import EXPORT_COLUMNS, CsvExport, _json_default, is_ledger_export  # noqa: F401
 from sieve.ledger_snapshots import SNAPSHOTS_SCHEMA, SnapshotTable
 
 STATES = ("open", "confirmed", "dismissed", "rolled_back")
@@ -182,22 +183,7 @@ def default_ledger_path(config: Any = None) -> Path:
     return base / "ledger.sqlite"
 
 
-def _json_default(o: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    return str(o)
-
-
-class Ledger(SnapshotTable, DamagedFile):
+class Ledger(SnapshotTable, CsvExport, DamagedFile):
     """The quarantine ledger at ``path`` (created on first use)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout_s: float = 60.0, *,
@@ -485,21 +471,6 @@ class Ledger(SnapshotTable, DamagedFile):
                 out.add(d.id)
         return out
 
-    def export_csv(self, path: str | os.PathLike[str], **filters: Any) -> int:
-        """Write the alerts (filters as in :meth:`alerts`) to CSV; evidence as JSON. Returns the row count."""
-        from sieve.safe_io import atomic_open, check_output
-
-        rows = self.alerts(**filters)
-        p = check_output(path, force=True, protected=self.files(), what="ledger export")
-        with atomic_open(p, newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(EXPORT_COLUMNS)
-            for a in rows:
-                d = a.to_dict()
-                d["evidence"] = json.dumps(d["evidence"], default=_json_default)
-                w.writerow([d[c] for c in EXPORT_COLUMNS])
-        return len(rows)
-
     def files(self) -> list[Path]:
         """The ledger file and its SQLite side files (never an output of any command)."""
         return [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm", "-journal"))]
@@ -508,20 +479,6 @@ class Ledger(SnapshotTable, DamagedFile):
         return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
     list = alerts  # ``ledger.list(state="open")`` (defined last: it shadows the builtin in the class body)
-
-
-#: Columns of :meth:`Ledger.export_csv` (the header identifies an export written by Sieve).
-EXPORT_COLUMNS = ["alert_id", "doc_id", "content_hash", "corpus_id", "corpus_hash", "index_version", "detector",
-                  "score", "threshold", "state", "reason", "created_at", "updated_at", "evidence"]
-
-
-def is_ledger_export(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a CSV written by :meth:`Ledger.export_csv` (safe to replace)."""
-    try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            return next(csv.reader([fh.readline()]), []) == EXPORT_COLUMNS
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return False
 
 
 def flags_from_decisions(decisions: Iterable[Any], hashes: Mapping[str, str]) -> list[Flag]:

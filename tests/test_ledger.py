@@ -143,6 +143,10 @@ def test_split_modules_keep_every_name_importable_from_sieve_ledger(tmp_path):
                  "_disk_full", "_IntegrityFailure", "_looks_damaged_sqlite", "_file_stamp", "_VERIFIED"):
         assert getattr(ledger, name) is getattr(errors, name)
     assert issubclass(ledger.Ledger, snapshots.SnapshotTable) and issubclass(ledger.LedgerIOError, ledger.LedgerError)
+    import sieve.ledger_export as export
+
+    for name in ("EXPORT_COLUMNS", "is_ledger_export", "_json_default"):
+        assert getattr(ledger, name) is getattr(export, name)
     for name in ("STATES", "STATE_WORDING", "DETECTOR_FLAG", "TRANSITIONS", "EXCLUSION_POLICIES", "Flag", "Alert",
                  "HistoryEntry", "alert_id_for", "default_ledger_path", "is_ledger_export", "flags_from_decisions",
                  "EXPORT_COLUMNS"):
