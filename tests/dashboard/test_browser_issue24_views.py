@@ -105,6 +105,9 @@ def test_upload_switches_every_page_and_a_failing_defense_says_how_to_fix_it(tin
     assert any("Loaded mine.jsonl: 3 documents, 0 questions" in a for a in _alerts(driver)), _alerts(driver)
     assert "upload: mine" in _sidebar(driver), _sidebar(driver)
     assert "Record these" not in body_text(driver), "no 'Record these flags' with 0 flags"
+    assert "nothing to record in the quarantine ledger" in body_text(driver)
+    full_shot(driver, "upload-corpus-loaded")
+    driver.set_window_size(1500, 2200)
 
     _nav(driver, "explorer")
     body = body_text(driver)
@@ -171,6 +174,18 @@ def test_explorer_margins_blank_and_l1_note(tiny_server):
     if "removed (L1)" in body or "Layer 1 removed" in body:
         assert "By design, TRIS L1 keeps only the largest K-Means cluster" in body
     full_shot(driver, "explorer-blank-margins")
+    driver.set_window_size(1500, 2200)
+    from selenium.webdriver.common.by import By
+
+    tab = next(t for t in driver.find_elements(By.CSS_SELECTOR, '[role="tab"]')
+               if (t.get_attribute("textContent") or "").strip() == "Surprisal trace")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", tab)
+    tab.click()
+    time.sleep(2)
+    body = body_text(driver)
+    assert "Shaded band: the burst window" in body
+    assert "— surprisal trace (R =" in body, "the plot names the document it shows"
+    full_shot(driver, "explorer-surprisal-named")
 
 
 @pytest.mark.realmodel
