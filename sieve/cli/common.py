@@ -101,23 +101,9 @@ def open_store_source(source: str, cfg: "SieveConfig", *, store_model: Optional[
         corpus.info["read_seconds"] = round(time.perf_counter() - t0, 3)
     except StoreError as e:
         raise UserError(str(e)) from None
-    named = store_model or corpus.model
-    if named and not retriever_given and not reembed:
-        from sieve.stores.vectors import same_model
+    from sieve.experiment.workspace import adopt_store_model
 
-        if not same_model(named, cfg.models.retriever):
-            import copy
-
-            trial = copy.deepcopy(cfg)
-            previous = trial.models.retriever
-            trial.models.retriever = named
-            if same_model(named, trial.models.judge):     # the judge must differ: it takes the old retriever
-                trial.models.judge = previous
-            try:
-                trial.validate()
-                cfg.models.retriever, cfg.models.judge = trial.models.retriever, trial.models.judge
-            except Exception:  # noqa: BLE001 - a model Sieve does not have: the gate says so, Sieve re-embeds
-                pass
+    adopt_store_model(cfg, store_model or corpus.model, retriever_given=retriever_given, reembed=reembed)
     try:
         return open_store(uri, make_resources(cfg), store_model=store_model, reembed=reembed, progress=True,
                           ledger_path=ledger_path, quarantine=quarantine, depth=depth, corpus=corpus)

@@ -25,6 +25,7 @@ rankings with the one budget rule (§9.2); 0 abstains in fusion (most clean cont
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -38,6 +39,10 @@ from sieve.types import Ranking, Score, Scores
 
 if TYPE_CHECKING:
     from sieve.resources import Resources
+
+
+#: (query, phrase) statement tests kept per fitted detector.
+_MEMO_SIZE = 4096
 
 
 def _sources(members: Sequence[int], words: Sequence[frozenset[str]], vectors: np.ndarray | None,
@@ -107,22 +112,33 @@ class ContextConflict(Defense):
         vectors = getattr(snapshot, "vectors", None)
         self.vectors_ = None if vectors is None else vectors
         self.rows_ = {pid: j for j, pid in enumerate(self.index_.ids)}
+        self.__dict__.pop("_memo", None)
         return self
 
     def _supporters(self, query: str, phrase: frozenset[str], own: int | None, exclude: frozenset[str]) -> list[int]:
-        """Snapshot positions whose answer sentence states ``phrase`` (module docstring, 2)."""
+        """Snapshot positions whose answer sentence states ``phrase`` (module docstring, 2). The
+        statement test is memoised per (query, phrase) — refill rounds ask again with more exclusions."""
         index: AnswerIndex = self.index_
-        q = set(_content_words(query))
-        found: set[int] = set() if own is None else {own}
-        half = (len(phrase) + 1) // 2
-        for j in index.containing(phrase, at_least=half):
-            j = int(j)
-            if index.ids[j] in exclude or j in found:
-                continue
-            if len(phrase & (frozenset(_content_words(answer_sentence(query, index.texts[j]))) - q)) >= half:
-                found.add(j)
-                if len(found) >= int(self.max_supporters):
-                    break
+        memo: OrderedDict[tuple[str, frozenset[str]], list[int]] = self.__dict__.setdefault("_memo", OrderedDict())
+        key = (query, phrase)
+        stating = memo.get(key)
+        if stating is None:
+            q = set(_content_words(query))
+            half = (len(phrase) + 1) // 2
+            stating = [int(j) for j in index.containing(phrase, at_least=half)
+                       if len(phrase & (frozenset(_content_words(answer_sentence(query, index.texts[int(j)]))) - q))
+                       >= half]
+            memo[key] = stating
+            if len(memo) > _MEMO_SIZE:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
+        found: list[int] = [] if own is None else [own]
+        for j in stating:
+            if len(found) >= int(self.max_supporters):
+                break
+            if j != own and index.ids[j] not in exclude:
+                found.append(j)
         return sorted(found)
 
     def _support(self, query: str, answer: Answer, own: int | None, exclude: frozenset[str]) -> int:

@@ -1,10 +1,12 @@
 """Fusion: one clean-calibrated score from the evidence of the other methods, with a rescored refill
-(docs/algorithms.md §14.2; the measurements behind the defaults are in docs/results/detection.md).
+(docs/algorithms.md §14.2; the defaults were chosen on the development suite by the held-out rule of
+§9.4, measurements in docs/results/suite.md).
 
 Evidence (each "higher = more suspicious", each read from the method that defines it:
-:mod:`sieve.defenses.fusion_evidence`): TRIS L2, RSQ, RSG, cohesion, perplexity and TrustRAG's
-ROUGE-L near-copy signal by default; RAGDefender, the answer corroboration and the query similarity
-opt-in (``evidence=``).
+:mod:`sieve.defenses.fusion_evidence`): TRIS L2, RSQ, RSG's density, perplexity, TrustRAG's ROUGE-L
+near-copy signal and the context conflict (§14.5) by default; cohesion, RAGDefender, the answer
+corroboration and the query similarity opt-in (``evidence=``). Per-evidence p-values count tied clean
+values half (mid-p).
 
 Calibration reads clean rankings only: the evidence of every document of the clean contexts forms,
 per evidence, an empirical null; a document's p-values (:mod:`sieve.defenses.pvalues`) are combined
@@ -17,8 +19,10 @@ the budget of the clean documents it scores.
 
 Rescored refill (``refine``): removed documents are replaced by the next survivors, which are
 scored too (the context evidence is recomputed without the removed documents), until a round
-removes nothing or ``max_rounds`` rounds are spent. With ``refill_factor`` > 1, rounds after the
-first remove at a threshold lowered by ln ``refill_factor`` (a query with a removal is suspect).
+removes nothing or ``max_rounds`` rounds are spent, every round at the same threshold by default.
+With ``refill_factor`` > 1, rounds after the first remove at a threshold lowered by ln
+``refill_factor`` (a query with a removal is suspect) — it removed the truth with the poisons, so it
+is opt-in.
 Documents that never entered a context are ``not_examined``. Each decision's evidence lists every
 value with its p-value, and the reason names the evidence below p = 0.05.
 """
@@ -55,7 +59,7 @@ if TYPE_CHECKING:
 
 EVIDENCE = tuple(EVIDENCE_SOURCES)
 #: The evidence used unless ``evidence=`` says otherwise (docs/algorithms.md §14.2).
-DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")
+DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "perplexity", "rouge", "conflict")
 #: Which documents the pairwise evidence (cohesion, rouge) compares a context document with: the
 #: first ``cohesion_scope`` survivors, or those plus the documents removed in earlier refill rounds.
 PAIRWISE_SCOPES = ("survivors", "seen")
@@ -83,11 +87,12 @@ class Fusion(Defense):
     Parameters: ``threshold`` (on the fused score; ``None`` = calibrate), ``evidence`` (a subset of
     :data:`EVIDENCE`; default :data:`DEFAULT_EVIDENCE`), ``combine`` (``cauchy`` | ``fisher`` |
     ``omnibus`` | ``minp``), ``calibration_folds`` (8), ``max_rounds`` (10), ``cohesion_scope`` (10),
-    ``duplicate_jaccard`` (0.5, answer evidence), ``pairwise_scope`` (``"seen"``: cohesion and ROUGE-L
-    also compare with the documents removed in earlier rounds, so removing one of two near-copies does
-    not launder the other; ``"survivors"``), ``refill_factor`` (3; 1 = the same threshold in every round),
-    ``ties`` (``"conservative"`` | ``"mid"``: how clean values tied with a document's count in its
-    empirical p-values, :func:`~sieve.defenses.pvalues.empirical_p`), ``component_budget`` (0 = off;
+    ``duplicate_jaccard`` (0.5, answer evidence), ``pairwise_scope`` (``"survivors"``; ``"seen"``:
+    cohesion and ROUGE-L also compare with the documents removed in earlier rounds, so removing one of
+    two near-copies does not launder the other — and a true passage on the poisons' topic keeps them as
+    neighbours), ``refill_factor`` (1 = the same threshold in every round), ``ties`` (``"mid"`` |
+    ``"conservative"``: how clean values tied with a document's count in its empirical p-values,
+    :func:`~sieve.defenses.pvalues.empirical_p`), ``component_budget`` (0 = off;
     else each evidence also decides alone: a document whose value of one evidence is beyond the
     threshold removing this share of the clean calibration documents is removed whatever the
     combination says, so a component that separates a family by itself is never diluted by the others;
@@ -98,9 +103,9 @@ class Fusion(Defense):
     """
 
     name = "fusion"
-    summary = ("Fusion of TRIS L2, RSQ, RSG, cohesion, perplexity and ROUGE-L near-copy evidence (answer, "
-               "RAGDefender, query similarity opt-in): clean-only p-values, Cauchy combination, budget threshold, "
-               "rescored refill.")
+    summary = ("Fusion of TRIS L2, RSQ, RSG density, perplexity, ROUGE-L near-copy and context-conflict evidence "
+               "(cohesion, answer, RAGDefender, query similarity opt-in): clean-only mid-p values, Cauchy "
+               "combination, budget threshold, rescored refill.")
     paper = "Sieve extension (docs/algorithms.md §14.2)"
     needs = ("retriever", "judge", "causal_lm", "token_encoder")
     corpus_time = True
@@ -123,8 +128,8 @@ class Fusion(Defense):
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
-                 cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "seen",
-                 refill_factor: float = 3.0, ties: str = "conservative", component_budget: float = 0.0) -> None:
+                 cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "survivors",
+                 refill_factor: float = 1.0, ties: str = "mid", component_budget: float = 0.0) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:

@@ -9,7 +9,7 @@ CLI turns them into one-line messages (sieve/cli/common.py). See docs/architectu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from sieve.models.tiny import TESTING_RETRIEVER
 
@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 
-def make_resources(cfg: "SieveConfig", ds: "Dataset | None" = None) -> "Resources":
+def make_resources(cfg: "SieveConfig", ds: "Dataset | None" = None, texts: "Sequence[str] | None" = None
+                   ) -> "Resources":
     """The models of ``cfg`` with the persistent artifact cache (module docstring); the tiny models
-    are fitted on ``ds``'s texts."""
+    are fitted on ``texts`` (default: ``ds``'s documents)."""
     from sieve.index import ArtifactCache
 
     cache = ArtifactCache.default(cfg)
@@ -34,7 +35,9 @@ def make_resources(cfg: "SieveConfig", ds: "Dataset | None" = None) -> "Resource
             from sieve.models.loaders import load_llm
 
             llm = load_llm(cfg)
-        return tiny_resources(cfg, [d.text for d in ds.documents] if ds is not None else (), llm=llm, cache=cache)
+        if texts is None:
+            texts = [d.text for d in ds.documents] if ds is not None else ()
+        return tiny_resources(cfg, list(texts), llm=llm, cache=cache)
     from sieve.resources import Resources
 
     return Resources(cfg, cache=cache)
@@ -52,3 +55,28 @@ def open_experiment(ds: "Dataset", cfg: "SieveConfig", *, depth: int | None = No
                      ledger_path=ledger_path, quarantine=quarantine, persist=True, progress=progress)
     exp.base_index()
     return exp
+
+
+def adopt_store_model(cfg: "SieveConfig", named: str | None, *, retriever_given: bool = False,
+                      reembed: bool = False) -> bool:
+    """Make ``named`` (the model a store says wrote its vectors) the retriever of ``cfg`` when Sieve has
+    it, no retriever was asked for and re-embedding was not — so the stored vectors can pass the
+    agreement gate (sieve/stores/vectors.py). The judge, which must differ from the retriever, takes
+    the old retriever when it was ``named``. Returns whether ``cfg`` changed; a model Sieve does not
+    have leaves it as it was (the gate then says why Sieve re-embeds)."""
+    import copy
+
+    from sieve.stores.vectors import same_model
+
+    if not named or retriever_given or reembed or same_model(named, cfg.models.retriever):
+        return False
+    trial = copy.deepcopy(cfg)
+    previous, trial.models.retriever = trial.models.retriever, named
+    if same_model(named, trial.models.judge):
+        trial.models.judge = previous
+    try:
+        trial.validate()
+    except Exception:  # noqa: BLE001 - a model Sieve does not have: the gate says so, Sieve re-embeds
+        return False
+    cfg.models.retriever, cfg.models.judge = trial.models.retriever, trial.models.judge
+    return True

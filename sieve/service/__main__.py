@@ -56,19 +56,10 @@ class StartError(ValueError):
 
 
 def _resources(cfg: Any, texts: list[str]) -> Any:
-    """The models of ``cfg`` with the persistent artifact cache; the tiny models (tests, smoke runs)
-    are fitted on ``texts``."""
-    from sieve.index import ArtifactCache
-    from sieve.models.tiny import TESTING_RETRIEVER
+    """The models of ``cfg`` with the persistent artifact cache (sieve/experiment/workspace.py)."""
+    from sieve.experiment.workspace import make_resources
 
-    cache = ArtifactCache.default(cfg)
-    if cfg.models.retriever == TESTING_RETRIEVER:   # every role tiny
-        from sieve.testing_models import tiny_resources
-
-        return tiny_resources(cfg, texts, cache=cache)
-    from sieve.resources import Resources
-
-    return Resources(cfg, cache=cache)
+    return make_resources(cfg, texts=texts)
 
 
 def _store_experiment(a: argparse.Namespace, cfg: Any, ledger: Path) -> Any:
@@ -76,13 +67,11 @@ def _store_experiment(a: argparse.Namespace, cfg: Any, ledger: Path) -> Any:
     ``--calibration`` when given (a store has none). When the store names the model of its vectors
     and no ``--retriever`` was given, that model is the retriever if Sieve has it, as for
     ``sieve audit SOURCE`` (so the stored vectors can pass the agreement gate)."""
-    import copy
-
     from sieve.corpus import load_dataset
     from sieve.experiment.stores import open_store
+    from sieve.experiment.workspace import adopt_store_model
     from sieve.stores.readers import read_store
     from sieve.stores.uri import parse_store_uri
-    from sieve.stores.vectors import same_model
 
     uri = parse_store_uri(a.dataset)
     cal = None
@@ -91,17 +80,7 @@ def _store_experiment(a: argparse.Namespace, cfg: Any, ledger: Path) -> Any:
         if not cal.queries:
             raise StartError(f"--calibration {a.calibration}: the dataset has no clean queries (queries.jsonl)")
     corpus = read_store(uri, progress=True)
-    named = a.store_model or corpus.model
-    if named and not a.retriever and not a.reembed and not same_model(named, cfg.models.retriever):
-        trial = copy.deepcopy(cfg)
-        previous, trial.models.retriever = trial.models.retriever, named
-        if same_model(named, trial.models.judge):      # the judge must differ: it takes the old retriever
-            trial.models.judge = previous
-        try:
-            trial.validate()
-            cfg.models.retriever, cfg.models.judge = trial.models.retriever, trial.models.judge
-        except Exception:  # noqa: BLE001 - a model Sieve does not have: the gate says so, Sieve re-embeds
-            pass
+    adopt_store_model(cfg, a.store_model or corpus.model, retriever_given=bool(a.retriever), reembed=a.reembed)
     res = _resources(cfg, [d.text for d in corpus.documents])
     exp, src = open_store(uri, res, store_model=a.store_model, reembed=a.reembed, progress=True,
                           ledger_path=ledger, quarantine=a.quarantine, corpus=corpus)

@@ -169,7 +169,7 @@ def test_fusion_answer_evidence_abstains_at_zero_instead_of_vetoing():
 
     from sieve.defenses.fusion import Fusion
 
-    f = Fusion(evidence=("l2", "answer"))
+    f = Fusion(evidence=("l2", "answer"), ties="conservative")
     f.null_ = {"l2": np.array([0.1, 0.2, 0.3, 0.4]), "answer": np.array([0.0, 0.0, 0.0, 0.7])}
     # a passage giving the corroborated answer (0): only L2 speaks, no p = 1 from the answer
     assert f._pvalues({"l2": 0.9, "answer": 0.0}) == {"l2": 0.2}
@@ -177,3 +177,8 @@ def test_fusion_answer_evidence_abstains_at_zero_instead_of_vetoing():
     assert f._pvalues({"l2": 0.9, "answer": 1.2}) == {"l2": 0.2, "answer": 0.2}
     # other evidence at the bottom of its null still gets p = 1 (the veto of docs/algorithms.md §14.2)
     assert f._pvalues({"l2": 0.0, "answer": 1.2})["l2"] == 1.0
+    # mid-p (the default) counts ties half: above every clean value ½/(n + 1), below every one (n + ½)/(n + 1)
+    m = Fusion(evidence=("l2", "answer"))
+    m.null_ = f.null_
+    assert m._pvalues({"l2": 0.9, "answer": 0.0}) == {"l2": 0.1}
+    assert m._pvalues({"l2": 0.0, "answer": 1.2})["l2"] == 0.9

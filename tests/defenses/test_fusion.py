@@ -100,11 +100,15 @@ def test_calibration_p_values_are_cross_fitted_by_query():
     d = Fusion(evidence=("l2",), calibration_folds=2)
     rows = [{"l2": 0.9}] * 5 + [{"l2": 0.1}] * 5
     per = d._cross_fitted_pvalues(rows, [0] * 5 + [1] * 5)
-    assert [p["l2"] for p in per[:5]] == pytest.approx([1 / 6] * 5)      # above all 5 of the other query
-    assert [p["l2"] for p in per[5:]] == pytest.approx([1.0] * 5)        # below all of them
+    # mid-p (the default): above all 5 of the other query ½/6, below all of them 5.5/6
+    assert [p["l2"] for p in per[:5]] == pytest.approx([0.5 / 6] * 5)
+    assert [p["l2"] for p in per[5:]] == pytest.approx([5.5 / 6] * 5)
     # one query only: each document against the others (leave-one-out)
     one = d._cross_fitted_pvalues([{"l2": 0.1}, {"l2": 0.5}, {"l2": 0.9}], [0, 0, 0])
-    assert [p["l2"] for p in one] == pytest.approx([1.0, 2 / 3, 1 / 3])
+    assert [p["l2"] for p in one] == pytest.approx([2.5 / 3, 1.5 / 3, 0.5 / 3])
+    conservative = Fusion(evidence=("l2",), calibration_folds=2, ties="conservative")
+    per = conservative._cross_fitted_pvalues(rows, [0] * 5 + [1] * 5)
+    assert [p["l2"] for p in per[:5]] == pytest.approx([1 / 6] * 5) and per[5]["l2"] == pytest.approx(1.0)
 
 
 def test_default_evidence_leaves_out_ragdefender_and_combine_is_checked():
@@ -118,7 +122,9 @@ def test_default_evidence_leaves_out_ragdefender_and_combine_is_checked():
     m = Fusion(evidence=("l2", "cohesion"), combine="minp").calibrate(_clean_rankings(), res)
     c = Fusion(evidence=("l2", "cohesion"), combine="cauchy").calibrate(_clean_rankings(), res)
     assert Fusion().combine == "cauchy" and "rouge" in Fusion().evidence
-    assert Fusion().pairwise_scope == "seen" and Fusion().refill_factor == 3.0   # chosen by LOFO (§14.2)
+    # chosen by the held-out rule on the development suite (§9.4, docs/results/suite.md)
+    assert Fusion().pairwise_scope == "survivors" and Fusion().refill_factor == 1.0 and Fusion().ties == "mid"
+    assert "conflict" in Fusion().evidence and "cohesion" not in Fusion().evidence
     for d in (f, m, c):
         assert sum(s >= d.threshold for s in d.clean_scores_) <= int(0.05 * len(d.clean_scores_))
     assert c.cauchy_null_.size == len(c.clean_scores_) and np.all(np.diff(c.cauchy_null_) >= 0)
@@ -259,10 +265,10 @@ def test_no_regret_one_evidence_that_separates_the_poison_removes_it_alone():
     res = resources_with()
     ev = ("l2", "cohesion", "perplexity", "rouge")
     clean = _clean_rankings(16)
-    diluted = Fusion(evidence=ev, refill_factor=1.0).calibrate(clean, res)
+    diluted = Fusion(evidence=ev, refill_factor=1.0, ties="conservative").calibrate(clean, res)
     d1 = diluted.apply(_lone_trigger_ranking(), res, k_ctx=5).decisions[1]
     assert not d1.removed and d1.evidence["p_values"]["l2"] < 0.05 and d1.evidence["p_values"]["cohesion"] == 1.0
-    guarded = Fusion(evidence=ev, refill_factor=1.0, component_budget=0.01).calibrate(clean, res)
+    guarded = Fusion(evidence=ev, refill_factor=1.0, ties="conservative", component_budget=0.01).calibrate(clean, res)
     d2 = guarded.apply(_lone_trigger_ranking(), res, k_ctx=5).decisions[1]
     assert d2.removed and d2.evidence["decisive"] == ["l2"]
     assert d2.score < d2.threshold and "removed by that evidence alone" in d2.reason
