@@ -34,9 +34,6 @@ with state.page_guard("Geometry"):
     # retrieval (so never in a query's top-k), dismissed / rolled-back documents are restored
     ledger_state = A.ledger_states(state.ledger())
     snap = state.view(cond)
-    computing = ("Ranking, clustering and computing the UMAP projection (the first UMAP in a process compiles its "
-                 "kernels: about a minute on 2 cores; every projection is cached afterwards)…" if m == "umap" else
-                 "Ranking, clustering and computing the PCA projection…")
 
     # -- judge space of one query ------------------------------------------------------------------
     st.subheader("Top-k of a query in the TRIS judge space")
@@ -49,7 +46,7 @@ with state.page_guard("Geometry"):
         query_id = next((q.id for q in ds.queries if q.text.strip() == query.strip()), "")
     k = st.slider("top-k", 10, 50, 50, 5, key="g_k")
     if query.strip():
-        with st.spinner(computing):
+        with st.spinner(G.computing_label(m, "Ranking and clustering in the judge space")):
             res = state.resources()
             ranking = state.experiment().rank(query, condition=cond, query_id=query_id, depth=k)
             tris = state.defense("tris_l1", cond).apply(ranking, res)
@@ -69,8 +66,7 @@ with state.page_guard("Geometry"):
 
     # -- corpus in retriever space -------------------------------------------------------------------
     st.subheader("Corpus in retriever space (RSG density contrast)")
-    with st.spinner("Auditing the snapshot (RSG) and " + ("computing its UMAP projection (cached afterwards)…"
-                                                           if m == "umap" else "computing its PCA projection…")):
+    with st.spinner(G.computing_label(m, "Auditing the snapshot (RSG)")):
         view = state.view(cond).index
         audit = state.audit(cond).audit
         from sieve.corpus import corpus_hash

@@ -15,6 +15,16 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 
+def computing_label(method: str, first: str) -> str:
+    """The spinner text while ``first`` (e.g. "Ranking and clustering") and a 2-D projection run: it
+    names the projection, and for UMAP that its first run in a process is slow and every projection is
+    cached afterwards (:func:`sieve.dashboard.state.projection`)."""
+    if method.lower() == "umap":
+        return (f"{first.rstrip(',')} and computing the UMAP projection (the first UMAP in a process compiles its kernels: "
+                "about a minute on 2 cores; every projection is cached afterwards)…")
+    return f"{first.rstrip(',')} and computing the PCA projection…"
+
+
 def project_2d(vectors: np.ndarray, method: str = "umap", seed: int = 12, n_neighbors: int = 15) -> np.ndarray:
     """2-D projection of row vectors: UMAP (cosine, ``n_neighbors`` clipped to n−1) or PCA."""
     x = np.asarray(vectors, dtype=np.float32)

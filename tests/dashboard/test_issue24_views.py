@@ -172,6 +172,16 @@ def test_explorer_plots_name_their_document_and_explain_the_shading(dash_env):
     assert "Shaded band" in SURPRISAL_HELP
 
 
+def test_geometry_spinner_names_umap_and_its_cache():
+    from sieve.dashboard.geometry import computing_label
+
+    umap = computing_label("umap", "Ranking")
+    assert "computing the UMAP projection" in umap and "cached" in umap
+    assert "UMAP" not in computing_label("pca", "Ranking") and "PCA" in computing_label("PCA", "Ranking")
+    src = (ROOT / "pages" / "3_geometry.py").read_text(encoding="utf-8")
+    assert src.count("st.spinner(G.computing_label(m,") == 2, "both projections on the page use it"
+
+
 def test_sidebar_shows_the_condition_chosen_on_this_run(dash_env):
     at = AppTest.from_file(page("2_explorer.py"), default_timeout=TIMEOUT).run()
     assert "Condition: **clean**" in at.sidebar.caption[0].value
