@@ -50,15 +50,19 @@ with state.page_guard("Geometry"):
             res = state.resources()
             ranking = state.experiment().rank(query, condition=cond, query_id=query_id, depth=k)
             tris = state.defense("tris_l1", cond).apply(ranking, res)
-            emb = res.judge_embeddings([d.text for d in ranking.documents])
+            import numpy as np
+
+            # the query is embedded and projected with its top-k, so the map shows where it sits
+            emb = np.vstack([np.asarray(res.judge_embeddings([d.text for d in ranking.documents])),
+                             np.asarray(res.judge_embeddings([query]))])
             from sieve.types import content_hash
 
-            ckey = content_hash("|".join(d.hash for d in ranking.documents) + res.judge.model_id)
-            xy = state.projection(ckey, m, emb, min(10, max(2, len(ranking.documents) - 1)))
-            df = G.judge_geometry(ranking, res, tris, k, xy=xy, ledger=ledger_state)
-        st.plotly_chart(F.judge_space(df, query), width="stretch")
+            ckey = content_hash("|".join(d.hash for d in ranking.documents) + "|query:" + query + res.judge.model_id)
+            xy = state.projection(ckey, m, emb, min(10, max(2, len(ranking.documents))))
+            df = G.judge_geometry(ranking, res, tris, k, xy=xy[:-1], ledger=ledger_state)
+        st.plotly_chart(F.judge_space(df, query, query_xy=(float(xy[-1][0]), float(xy[-1][1]))), width="stretch")
         st.caption("TRIS L1: " + md(tris.info.get("l1", {}).get("reason", "")) + " · ✕ = poison · green ring = kept majority"
-                   " · square = excluded by the quarantine ledger · diamond = restored by an analyst")
+                   " · ★ = the query · diamond = restored by an analyst (documents the ledger excludes are not retrieved)")
         if snap.excluded:
             st.warning(f"Quarantine is active: {len(snap.excluded):d} document(s) with open or confirmed alerts are "
                        "excluded from retrieval, so they are not in this top-k (as on the Query explorer). They are "

@@ -144,9 +144,11 @@ def _ledger_marks(fig: go.Figure, df: "pd.DataFrame") -> None:
                         customdata=part["id"])   # a click on the mark selects the document (Geometry)
 
 
-def judge_space(df: "pd.DataFrame", query: str | None = None) -> go.Figure:
+def judge_space(df: "pd.DataFrame", query: str | None = None,
+                query_xy: tuple[float, float] | None = None) -> go.Figure:
     """Top-k in TRIS judge space: colour = K-Means cluster, ✕ = poison, ring = kept majority, square /
-    diamond = the document's quarantine-ledger state; ``query`` names the query in the title."""
+    diamond = the document's quarantine-ledger state; ``query`` names the query in the title and
+    ``query_xy`` (the query projected with its top-k) marks it with a star."""
     fig = _fig("Top-k in the TRIS judge space (K-Means clusters)"
                + (f" for: {hover_text(query, 70)}" if query else ""), height=420)
     if df.empty:
@@ -162,12 +164,16 @@ def judge_space(df: "pd.DataFrame", query: str | None = None) -> go.Figure:
                 marker=dict(symbol=marker, size=11 if poison else 9, color=palette[i % len(palette)],
                             line=dict(width=2 if poison else 0, color="black")),
                 hovertext=[f"#{r} {hover_text(i_, 40)}<br>{hover_text(t)}" for r, i_, t in
-                           zip(part["rank"], part["id"], part["text"])], hoverinfo="text")
+                           zip(part["rank"], part["id"], part["text"])], hoverinfo="text", customdata=part["id"])
     maj = df[df["in_majority"]]
     if not maj.empty:
         fig.add_scatter(x=maj["x"], y=maj["y"], mode="markers", name="kept majority",
                         marker=dict(symbol="circle-open", size=17, color="#2ca02c", line=dict(width=2)), hoverinfo="skip")
     _ledger_marks(fig, df)
+    if query_xy is not None:
+        fig.add_scatter(x=[query_xy[0]], y=[query_xy[1]], mode="markers", name="query",
+                        marker=dict(symbol="star", size=18, color="#000"),
+                        hovertext=[f"query: {hover_text(query or '', 120)}"], hoverinfo="text")
     return fig
 
 

@@ -271,8 +271,9 @@ def test_geometry_marks_excluded_and_restored_documents(fresh_ledger):
     assert marked(corpus, STATE_WORDING["dismissed"]) == {"attack:pr_b:q-whales:2"}
     assert marked(corpus, STATE_WORDING["open"]) == {d for d, s in states.items() if s == "open"}
     # the judge space is a query's top-k: excluded documents are not retrieved, the restored poison is, and marked
+    assert [t for t in judge["data"] if t.get("name") == "query" and len(t["x"]) == 1], "the query is marked"
     judge_ids = {i for t in judge["data"] for i in (t.get("customdata") or [])}
-    assert not judge_ids & excluded
+    assert len(judge_ids) >= 20 and "attack:pr_b:q-whales:2" in judge_ids and not judge_ids & excluded
     assert marked(judge, STATE_WORDING["dismissed"]) == {"attack:pr_b:q-whales:2"}
     assert any("Quarantine is active" in w.value and f"{len(excluded)} document(s)" in w.value for w in at.warning)
     # the picker and the neighbour table use the same words
