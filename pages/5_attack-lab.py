@@ -148,6 +148,8 @@ with state.page_guard("Attack lab"):
     st.dataframe(pd.DataFrame([{"id": d.id, "text": d.text} for d in poisons]), hide_index=True, width="stretch",
                  column_config={"text": st.column_config.TextColumn("text", width="large"),
                                 "id": T.id_column("id", [d.id for d in poisons])})
+    if any(L.joined_without_space(d.text, target.query) for d in poisons):
+        st.caption(L.JOINED_NOTE)
     with st.expander("Full poison texts"):
         for d in poisons:
             st.caption(md(d.id))

@@ -311,3 +311,14 @@ def family_summary(family: str) -> str:
 
     entry = next((e for e in ATTACKS.entries() if e.name == family), None)
     return (entry.summary if entry is not None and entry.summary else f"The {family} attack family.")
+
+
+#: Why a poison reads "…River?.The …": said under the lab's poison table.
+JOINED_NOTE = ("The question and the false passage are joined by '.' with no space (\"…River?.The …\"), exactly as "
+               "PoisonedRAG writes its poisons: the retriever sees the question verbatim at the start.")
+
+
+def joined_without_space(text: str, query: str) -> bool:
+    """True when a poison starts with the question joined to the payload by '.' and no space (PoisonedRAG)."""
+    q = query.strip()
+    return bool(q) and text.startswith(q + ".") and len(text) > len(q) + 1 and not text[len(q) + 1].isspace()

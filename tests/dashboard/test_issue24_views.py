@@ -391,3 +391,14 @@ def test_pages_say_when_the_run_is_about_another_corpus(dash_env):
         assert any("not on the active dataset mine" in i.value.replace("\\", "") for i in at.info), \
             (name, [i.value for i in at.info])
         assert "upload\\: mine" in at.sidebar.caption[0].value
+
+
+
+def test_lab_says_why_a_poison_reads_question_dot_payload(dash_env):
+    from sieve.dashboard.lab import JOINED_NOTE, joined_without_space
+
+    assert joined_without_space("Where?.The answer", "Where?") and not joined_without_space("Where?. The", "Where?")
+    at = AppTest.from_file(page("5_attack-lab.py"), default_timeout=TIMEOUT).run()
+    at.button(key="lab_load").click().run()
+    assert not at.exception
+    assert any(c.value == JOINED_NOTE for c in at.caption)
