@@ -63,7 +63,8 @@ with state.page_guard("Overview"):
                             "clean_removal_rate", "auroc", "asr", "clean_acc", "latency_ms_p50") if c in df.columns]
         st.caption(f"Run {md(S.display_path(run.path))} — {len(run.records)} records, defenses: "
                    f"{md(', '.join(run.defenses))}. Sieve's recommended `fusion` is measured in the detection run "
-                   "(all targets, no answers; README \"What the demo evaluation shows\", *Trade-offs* ROC curves).")
+                   "(all targets, no answers; README \"What the demo evaluation shows\", *Trade-offs* ROC curves); "
+                   "its rows follow the table on the demo.")
         from sieve.dashboard import tables as T
         from sieve.dashboard.runs import METRIC_HELP
 

@@ -213,3 +213,23 @@ def test_tris_l1_note_on_the_demo_apollo_question(tmp_path):
         assert "Layer 1 removed" in body and "By design, TRIS L1" in body
         assert f"removes {cost['clean_removal_rate']:.2f} of the clean passages it examines" in body, body[:3000]
         full_shot(driver, "explorer-tris-l1-by-design")
+
+
+def test_overview_run_table_on_the_demo(tmp_path):
+    """The demo's Overview (no model is loaded): the run table names its run relative to the project,
+    reads 'latency p50 (ms)', and fusion's row from the detection run follows it
+    → test-artifacts/screenshots/overview-run-table.png."""
+    from _dashdata import ROOT
+
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("chromium/chromedriver not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
+    env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
+    with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
+        driver.get(f"{url}/overview")
+        wait_rendered(driver, timeout=600)
+        body = body_text(driver)
+        assert "Sieve's recommended fusion, from the detection run demo_data/runs/demo-nollm" in body
+        assert str(ROOT) not in body, "no absolute server path"
+        assert "3. Your own corpus" in body or "Your own corpus" in body
+        full_shot(driver, "overview-run-table")
