@@ -47,8 +47,8 @@ COMPONENTS = ("none", "tris_l2", "rsq", "rsg", "perplexity", "trustrag", "rsg_rs
               "ragdefender", "context_conflict")
 #: The shipped default until the second suite session (docs/results/suite.md): every configuration
 #: below is written out against it, so that a change of the default never changes what a name means.
-V2 = {"ties": "conservative", "refill_factor": 3.0, "pairwise_scope": "seen",
-      "evidence": ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")}
+V2: dict[str, Any] = {"ties": "conservative", "refill_factor": 3.0, "pairwise_scope": "seen",
+                      "evidence": ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")}
 _R1 = {"refill_factor": 1.0, "pairwise_scope": "survivors"}
 _MID_R1 = {**V2, **_R1, "ties": "mid"}
 _NO_COHESION = ("l2", "rsq", "rsg", "perplexity", "rouge")
@@ -163,8 +163,8 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
                        clean_removal_on_clean=clean_row.get("clean_removal_rate"),
                        clean_scored_on_clean=clean_row.get("n_scored_clean"))
             if hasattr(d, "document_threshold_"):   # fusion: how far the procedure bisection raised it
-                row.update(threshold=d.threshold, document_threshold=d.document_threshold_,
-                           calibration_removal=list(d.calibration_removal_))
+                row.update(threshold=getattr(d, "threshold", None), document_threshold=d.document_threshold_,
+                           calibration_removal=list(getattr(d, "calibration_removal_", ())))
             rows.append(row)
         print(f"{name}: {label} in {time.perf_counter() - t1:.0f} s", flush=True)
     return rows
