@@ -70,9 +70,10 @@ def test_glossary_terms_say_range_and_direction():
 
 def test_explorer_shows_the_fusion_evidence_with_help(dash_env):
     """The fused detector's decision is explained in the Decisions tab: each evidence with its value,
-    its p-value against clean passages and what it means (sieve/experiment/explain.py FUSION_TERMS)."""
+    its p-value against clean passages and what it means (sieve/dashboard/glossary.py FUSION_HELP: the
+    library's FUSION_TERMS with the dashboard's corrections)."""
+    from sieve.dashboard.glossary import FUSION_HELP as FUSION_TERMS
     from sieve.defenses.fusion import EVIDENCE
-    from sieve.experiment.explain import FUSION_TERMS
 
     assert set(EVIDENCE) | {"p"} <= set(FUSION_TERMS)
     at = AppTest.from_file(page("2_explorer.py"), default_timeout=TIMEOUT).run()
@@ -81,7 +82,9 @@ def test_explorer_shows_the_fusion_evidence_with_help(dash_env):
     assert not at.exception
     table = next(d for d in at.dataframe if {"evidence", "p", "meaning"} <= set(d.value.columns))
     assert set(table.value["evidence"]) <= set(FUSION_TERMS) and len(table.value) >= 3
-    assert all(0.0 <= p <= 1.0 for p in table.value["p"].dropna())
+    from sieve.dashboard.tables import as_missing
+
+    assert all(0.0 <= p <= 1.0 for p in as_missing(table.value)["p"].dropna())   # a missing p is shown blank
     helps = _column_help(table)
     assert all(helps.get(c) for c in ("evidence", "value", "p", "meaning")), helps
     decisions = next(d for d in at.dataframe if {"defense", "reason", "margin"} <= set(d.value.columns))
