@@ -86,7 +86,9 @@ def meets_goal(row: dict[str, Any]) -> bool:
     if pic is None or pic > GOAL_PIC.get(row["attack"], GOAL_PIC_DEFAULT) + 1e-9:
         return False
     tk, tc = row.get("truth_kept"), row.get("clean_truth_kept")
-    return tk is None or not tc or tk / tc >= TRUTH_RATIO - 1e-9
+    if tk is None or tc is None:          # the set has no relevant passage to keep
+        return True
+    return tc > 0 and tk / tc >= TRUTH_RATIO - 1e-9   # keeping no truth on clean questions meets no truth goal
 
 
 def choose(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str, str]], budget: float = 0.05

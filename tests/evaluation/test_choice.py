@@ -23,6 +23,7 @@ def test_a_cell_meets_its_goal_only_when_the_truth_is_kept_too():
     assert meets_goal(_row("a", "payload_only", "x", 0.04, tk=0.95))        # other families: 5 %
     assert not meets_goal(_row("a", "payload_only", "x", 0.0, tk=0.5))      # emptied the context of the truth
     assert meets_goal(_row("a", "payload_only", "x", 0.0, tk=None))         # no relevant passage in the set
+    assert not meets_goal(_row("a", "pr_b", "x", 0.0, tk=0.0, tc=0.0))      # no truth kept even on clean questions
 
 
 def test_choose_prefers_goals_met_over_a_lower_poison_rate_that_discards_the_truth():
