@@ -40,22 +40,13 @@ CONTEXT_HELP = "The passages handed to the generator after filtering and refill,
 
 
 def _fusion_help() -> dict[str, str]:
-    from sieve.defenses.tris_layers import L2_REPEAT_SCORE
     from sieve.experiment.explain import FUSION_TERMS
 
-    return {"conflict": "Context conflict (≥ 0, docs/algorithms.md §14.5): how much better supported — counted in "
-                        "independent sources, near-copies and near-paraphrases counting once — a conflicting passage's "
-                        "answer is than this passage's, weighted by how directly it answers the question. Higher is "
-                        "more suspicious; 0 (no conflict, or a tie) takes no part.",
-            **FUSION_TERMS,
-            "l2": f"TRIS L2 prefix overlap (0–1, or {L2_REPEAT_SCORE:g} when the passage repeats the question as its "
-                  "prefix): how much of the question the passage's opening words repeat. Higher is more suspicious."}
+    return dict(FUSION_TERMS)
 
 
 #: Help for the fused detector's evidence table (the explorer's Decisions tab): the library's
-#: :data:`sieve.experiment.explain.FUSION_TERMS`, with the L2 repeat score read from TRIS itself
-#: (:data:`sieve.defenses.tris_layers.L2_REPEAT_SCORE`) rather than written down, and the context
-#: conflict evidence (§14.5) when the library's table does not explain it yet.
+#: :data:`sieve.experiment.explain.FUSION_TERMS` (one wording, read by every face).
 FUSION_HELP: dict[str, str] = _fusion_help()
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from sieve.constants import K_CTX
 from sieve.defenses.answer_corpus import AnswerIndex, answers_query
-from sieve.defenses.answer_evidence import Answer, _content_words, answer_sentence, extract_answer, jaccard, states
+from sieve.defenses.answer_evidence import Answer, _content_words, answer_sentence, extract_answer, states
 from sieve.defenses.base import Defense
 from sieve.registry import DEFENSES
 from sieve.types import Ranking, Score, Scores
@@ -47,28 +47,29 @@ _MEMO_SIZE = 4096
 
 def _sources(members: Sequence[int], words: Sequence[frozenset[str]], vectors: np.ndarray | None,
              duplicate_jaccard: float, source_cosine: float) -> int:
-    """Connected components of ``members`` under "near-copy or near-paraphrase" (module docstring, 3)."""
+    """Connected components of ``members`` under "near-copy or near-paraphrase" (module docstring, 3):
+    the pairwise Jaccard of ``words`` and cosine of ``vectors`` as matrices, components by scipy."""
     n = len(members)
-    parent = list(range(n))
+    if n <= 1:
+        return n
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
 
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    sims = None
-    if vectors is not None and n > 1:
-        V = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vocab = {w: i for i, w in enumerate(sorted(set().union(*words)))}
+    B = np.zeros((n, max(len(vocab), 1)), dtype=np.float32)
+    for a, ws in enumerate(words):
+        B[a, [vocab[w] for w in ws]] = 1.0
+    inter = B @ B.T
+    size = B.sum(axis=1)
+    union = size[:, None] + size[None, :] - inter
+    same = np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0) >= duplicate_jaccard
+    if vectors is not None:
+        V = np.asarray(vectors, dtype=np.float32)
+        V = V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
         sims = V @ V.T
-    for a in range(n):
-        for b in range(a + 1, n):
-            same = jaccard(words[a], words[b]) >= duplicate_jaccard
-            if not same and sims is not None and np.isfinite(sims[a, b]):
-                same = bool(sims[a, b] >= source_cosine)
-            if same:
-                parent[find(a)] = find(b)
-    return len({find(a) for a in range(n)})
+        same |= np.isfinite(sims) & (sims >= source_cosine)
+    np.fill_diagonal(same, False)
+    return int(connected_components(csr_matrix(same), directed=False)[0])
 
 
 @DEFENSES.register
@@ -113,6 +114,7 @@ class ContextConflict(Defense):
         self.vectors_ = None if vectors is None else vectors
         self.rows_ = {pid: j for j, pid in enumerate(self.index_.ids)}
         self.__dict__.pop("_memo", None)
+        self.__dict__.pop("_count_memo", None)
         return self
 
     def _supporters(self, query: str, phrase: frozenset[str], own: int | None, exclude: frozenset[str]) -> list[int]:
@@ -150,10 +152,16 @@ class ContextConflict(Defense):
             if not phrase:
                 continue
             rows = self._supporters(query, phrase, own, exclude)
-            vecs = None if self.vectors_ is None or not rows else np.asarray(self.vectors_[rows], dtype=np.float32)
             strip = q | answer.tokens          # independence is judged beyond the question and the answer
-            n = _sources(rows, [index.words[j] - strip for j in rows], vecs, float(self.duplicate_jaccard),
-                         float(self.source_cosine))
+            memo: OrderedDict[Any, int] = self.__dict__.setdefault("_count_memo", OrderedDict())
+            key = (strip, tuple(rows))
+            n = memo.get(key, -1)
+            if n < 0:
+                vecs = None if self.vectors_ is None or not rows else np.asarray(self.vectors_[rows], dtype=np.float32)
+                n = memo[key] = _sources(rows, [index.words[j] - strip for j in rows], vecs,
+                                         float(self.duplicate_jaccard), float(self.source_cosine))
+                if len(memo) > _MEMO_SIZE:
+                    memo.popitem(last=False)
             best = max(best, n + (0 if own is not None else 1))   # a passage outside the snapshot is a source too
         return best
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from sieve.defenses.tris_layers import L2_REPEAT_SCORE
+
 if TYPE_CHECKING:
     from sieve.defenses.rsg import RSGAudit
 
@@ -89,12 +91,12 @@ TERMS: dict[str, str] = {
 #: Plain-language help for the fused detector's evidence (sieve/defenses/fusion.py, docs/algorithms.md
 #: §14.2): each value is turned into a p-value against clean passages, so "p" reads the same for all.
 FUSION_TERMS: dict[str, str] = {
-    "l2": "TRIS L2 prefix overlap (0–1; 10 when the passage repeats the question as its prefix): how much "
-          "of the question the passage's opening words repeat. Higher is more suspicious.",
+    "l2": f"TRIS L2 prefix overlap (0–1, or {L2_REPEAT_SCORE:g} when the passage repeats the question as its "
+          "prefix): how much of the question the passage's opening words repeat. Higher is more suspicious.",
     "rsq": "RSQ combined score S (≥ 0) of the passage as a top-5 candidate against ranks 6–20. Higher is more "
            "suspicious.",
-    "rsg": "RSG corpus score (0–1): density contrast and script integrity of the passage in the whole corpus. "
-           "Higher is more suspicious.",
+    "rsg": "RSG density (0–1): the passage's density contrast among its corpus neighbours, or 1 for a script "
+           "integrity alert (RSG's own score without its corpus-relative tail scaling). Higher is more suspicious.",
     "cohesion": "Cohesion (cosine, −1–1): mean similarity to the passage's two nearest neighbours among the first "
                 "ten passages. Poisons of one target sit unusually close together; higher is more suspicious.",
     "perplexity": "Perplexity (≥ 1) of the passage under the small local language model. Unusually high is "
@@ -102,6 +104,10 @@ FUSION_TERMS: dict[str, str] = {
     "answer": "Answer score (≥ 0): how much less the passage's answer is corroborated by independent passages "
               "of the corpus than the best-corroborated answer, weighted by how directly the passage answers the "
               "question. Higher is more suspicious; 0 (the passage gives the corroborated answer) takes no part.",
+    "conflict": "Context conflict (≥ 0, docs/algorithms.md §14.5): how much better supported — counted in "
+                "independent sources, near-copies and near-paraphrases counting once — a conflicting passage's "
+                "answer is than this passage's, weighted by how directly it answers the question. Higher is more "
+                "suspicious; 0 (no conflict, or a tie) takes no part.",
     "ragdefender": "RAGDefender's per-passage score (its clustering + TF-IDF vote). Higher is more suspicious.",
     "rouge": "Near-copy score (ROUGE-L F1, 0–1) to the most similar of the first ten passages. Near 1 means two "
              "passages are copies of each other except a few words — one of them may be an edited copy.",
