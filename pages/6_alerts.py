@@ -62,15 +62,20 @@ with state.page_guard("Alerts"):
         st.info("No alerts yet. Run the RSG audit above and record its flags (also on *Corpus & index*).")
         st.stop()
 
-    f1, f2, f3, f4 = st.columns(4)
-    detectors = sorted({a.detector for a in led.alerts()})
+    f1, f2, f3, f4, f5 = st.columns(5)
+    everything = led.alerts()
+    detectors = sorted({a.detector for a in everything})
     det = f1.selectbox("Detector", ["all", *detectors], key="al_det")
     stt = f2.selectbox("State", ["all", *STATES], key="al_state")
-    min_prio = f3.number_input("Min priority", min_value=0.0, max_value=1.0, value=0.0, step=0.05, key="al_min",
+    batch = f3.selectbox("Batch", ["all", *A.batches(everything)], key="al_batch",
+                         help="The audit an alert came from: an incremental store audit (`sieve audit SOURCE "
+                              "--since …`) names its snapshot; any other audit its detector, snapshot and time.")
+    min_prio = f4.number_input("Min priority", min_value=0.0, max_value=1.0, value=0.0, step=0.05, key="al_min",
                                help=TERMS["priority"])
-    sort = f4.selectbox("Order", list(A.SORTS), key="al_sort", help=TERMS["priority"])
+    sort = f5.selectbox("Order", list(A.SORTS), key="al_sort", help=TERMS["priority"])
     filters = {"detector": None if det == "all" else det, "state": None if stt == "all" else stt}
-    alerts = [a for a in A.sorted_alerts(led.alerts(**filters), A.SORTS[sort]) if A.priority(a) >= min_prio]
+    alerts = [a for a in A.sorted_alerts(led.alerts(**filters), A.SORTS[sort]) if A.priority(a) >= min_prio
+              and (batch == "all" or A.batch_label(a) == batch)]
     if alerts:
         st.dataframe(A.alerts_frame(alerts), hide_index=True, width="stretch", height=300,
                      column_config={"priority": st.column_config.NumberColumn("priority", help=TERMS["priority"],

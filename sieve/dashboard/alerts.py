@@ -100,7 +100,8 @@ def plain_reason(alert: Any) -> str:
 
 
 def alerts_frame(alerts: Sequence[Any]) -> "pd.DataFrame":
-    """The triage queue as a table: priority, document, state, branch, plain reason, hint count."""
+    """The triage queue as a table: priority, document, state, branch, plain reason, hint count, the
+    detector, the alert id and the batch it came from."""
     import pandas as pd
 
     from sieve.experiment.explain import alert_explanation
@@ -112,7 +113,7 @@ def alerts_frame(alerts: Sequence[Any]) -> "pd.DataFrame":
                      "branch": ex.branch or str((a.evidence or {}).get("branch", "")),
                      "reason": ex.reason if ex.priority > 0 else a.reason,
                      "false-positive hints": len(ex.hints), "detector": a.detector, "alert": a.alert_id,
-                     "corpus": a.corpus_id,
+                     "batch": batch_label(a), "corpus": a.corpus_id,
                      "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at))})
     return pd.DataFrame(rows)
 
@@ -153,9 +154,24 @@ def labels_key(labels: Any) -> str:
 
 
 def batch_label(alert: Any) -> str:
-    """The audit batch an alert came from: the snapshot it was recorded on and when (every flag of one
-    recorded audit shares both)."""
-    return f"{alert.detector} on {alert.corpus_id} · {time.strftime('%Y-%m-%d %H:%M', time.localtime(alert.created_at))}"
+    """The audit batch an alert came from. An incremental store audit (``sieve audit SOURCE --since``)
+    tags its alerts with the snapshot id it recorded (``evidence["batch"]``, sieve/experiment/audit.py):
+    that id, then the detector and the day; any other audit: the detector, the snapshot it ran on and
+    when (every flag of one recorded audit shares both)."""
+    when = time.strftime('%Y-%m-%d %H:%M', time.localtime(alert.created_at))
+    batch = (alert.evidence or {}).get("batch")
+    if batch:
+        return f"batch {batch} · {alert.detector} · {when}"
+    return f"{alert.detector} on {alert.corpus_id} · {when}"
+
+
+def batches(alerts: Sequence[Any]) -> list[str]:
+    """The distinct batches of ``alerts`` (:func:`batch_label`), newest first."""
+    newest: dict[str, float] = {}
+    for a in alerts:
+        label = batch_label(a)
+        newest[label] = max(newest.get(label, 0.0), float(a.created_at))
+    return sorted(newest, key=lambda k: (-newest[k], k))
 
 
 #: Columns of the Alerts page's CSV export: what the triage list shows, in its order.

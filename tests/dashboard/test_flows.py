@@ -320,3 +320,33 @@ def test_lab_defense_verdicts():
                          ["Ethiopia"], "Greenland")
     assert v["poisoned + a"] == ("lost", "attack failed, but this defense lost the correct answer (answer lost)")
     assert defense_verdicts({"poisoned, undefended": "x", "poisoned + a": "y"}, [], "x")["poisoned + a"][0] == "lost"
+
+
+# ---- issue 25 item 3: the Alerts page shows which batch an alert came from and filters by it ----
+def test_alerts_show_their_batch_and_filter_by_it(fresh_ledger):
+    from sieve.dashboard import alerts as A
+    from sieve.ledger import Flag, Ledger
+
+    def flag(doc, batch=None):
+        ev = {"branch": "topology", "local_density_contrast": 0.9}
+        if batch:
+            ev["batch"] = batch
+        return Flag(doc, f"h-{doc}", 1.0, 0.5, ev, f"dense tail ({doc})")
+
+    with Ledger(fresh_ledger) as led:
+        led.add_flags([flag("old-1"), flag("old-2")], detector="rsg", corpus_id="chroma:///kb?collection=docs",
+                      corpus_hash="c1", index_version="v")
+        led.add_flags([flag("new-1", "S-7f3a"), flag("new-2", "S-7f3a"), flag("new-3", "S-7f3a")], detector="rsg",
+                      corpus_id="chroma:///kb?collection=docs", corpus_hash="c2", index_version="v")
+        labels = A.batches(led.alerts())
+    assert len(labels) == 2 and labels[0].startswith("batch S-7f3a · rsg"), labels   # newest first
+    at = AppTest.from_file(page("6_alerts.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    queue = at.dataframe[0].value
+    assert len(queue) == 5 and set(queue["batch"]) == set(labels)
+    at.selectbox(key="al_batch").set_value(labels[0]).run()
+    no_error(at)
+    queue = at.dataframe[0].value
+    assert sorted(queue["doc_id"]) == ["new-1", "new-2", "new-3"] and set(queue["batch"]) == {labels[0]}
+    at.selectbox(key="al_batch").set_value(labels[1]).run()
+    assert sorted(at.dataframe[0].value["doc_id"]) == ["old-1", "old-2"]
