@@ -36,8 +36,8 @@ with state.page_guard("Corpus & index"):
         st.session_state.pop("explore_cache", None)
         st.session_state["corpus_flash"] = message
 
-    source = st.radio("Dataset", ["Bundled demo", "Dataset directory or file path", "Upload a corpus file"],
-                      horizontal=True, key="corpus_source")
+    source = st.radio("Dataset", ["Bundled demo", "Dataset directory or file path", "Upload a corpus file",
+                                  "Vector store"], horizontal=True, key="corpus_source")
     if source == "Bundled demo":
         if st.button("Use the bundled demo", key="use_demo"):
             st.session_state["uploaded_dataset"] = None
@@ -56,6 +56,25 @@ with state.page_guard("Corpus & index"):
                 st.session_state["uploaded_dataset"] = None
                 st.session_state["dataset_path"] = path
                 _switched(f"Loaded {path}: every page now works on it.")
+    elif source == "Vector store":
+        uri = st.text_input("Store source", key="store_input", placeholder="chroma:///path/to/dir?collection=NAME",
+                            help="An embedded Chroma directory (chroma:///dir?collection=NAME, or chroma://host:port"
+                                 "?collection=NAME for a server), Qdrant local mode (qdrant:///path?collection=NAME) "
+                                 "or LanceDB (lancedb:///path?table=NAME); README \"Audit a vector store\". Read "
+                                 "only: nothing is written to the store. Sieve embeds the documents with its own "
+                                 "retriever here; `sieve audit SOURCE` can use the stored vectors.")
+        if uri and st.button("Open store", key="load_store"):
+            from sieve.stores.uri import StoreError
+
+            try:
+                with st.spinner("Reading the store (documents, ids, metadata)…"):
+                    loaded = S.dataset_from_store(uri)
+            except StoreError as e:
+                st.error(md(str(e)))
+            else:
+                st.session_state["uploaded_dataset"] = loaded
+                _switched(f"Opened {uri}: {len(loaded.documents)} documents. A store holds no questions: type "
+                          "your own queries on the Query explorer, and calibrate on clean questions you type.")
     else:
         up = st.file_uploader("Corpus file (.jsonl with id/text[/title], .csv, .parquet)",
                               type=["jsonl", "csv", "parquet"], key="upload")

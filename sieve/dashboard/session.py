@@ -201,6 +201,24 @@ def dataset_from_upload(name: str, data: bytes, directory: str | os.PathLike[str
     return ds
 
 
+def dataset_from_store(source: str) -> "Dataset":
+    """A store source (``chroma:///dir?collection=NAME``, ``qdrant:``, ``lancedb:``; sieve/stores/uri.py)
+    as the dashboard's dataset: its documents, ids and metadata read in batches, nothing written to the
+    store (sieve/experiment/stores.py). A store holds no questions or attack families, so the pages
+    work as on an uploaded corpus (typed queries, calibration on typed clean questions). Store errors
+    are ``StoreError`` with one line naming the source."""
+    from sieve.experiment.stores import store_dataset
+    from sieve.stores.readers import read_store
+    from sieve.stores.uri import parse_store_uri
+
+    ds = store_dataset(read_store(parse_store_uri(source), progress=False))
+    if not ds.documents:
+        from sieve.stores.uri import StoreError
+
+        raise StoreError(f"{source}: the collection is empty")
+    return ds
+
+
 def conditions(ds: "Dataset") -> list[str]:
     """``clean`` plus one condition per attack family of ``attacks.jsonl``."""
     return [CLEAN, *ds.attack_families()]

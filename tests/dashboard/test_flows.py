@@ -350,3 +350,29 @@ def test_alerts_show_their_batch_and_filter_by_it(fresh_ledger):
     assert sorted(queue["doc_id"]) == ["new-1", "new-2", "new-3"] and set(queue["batch"]) == {labels[0]}
     at.selectbox(key="al_batch").set_value(labels[1]).run()
     assert sorted(at.dataframe[0].value["doc_id"]) == ["old-1", "old-2"]
+
+
+# ---- issue 25 item 1: the dashboard's corpus picker opens a vector store (real embedded Chroma) ----
+def test_corpus_picker_opens_a_chroma_store_and_every_page_switches_to_it(dash_env, tmp_path):
+    import numpy as np
+
+    from sieve.stores.fill import fill_store
+    from sieve.types import Document
+
+    docs = [Document(f"kb-{i}", f"Knowledge base passage {i} about pumps, valves and seals.") for i in range(12)]
+    uri = f"chroma://{tmp_path / 'kb'}?collection=docs"
+    fill_store(uri, docs, np.random.default_rng(0).normal(size=(len(docs), 16)).astype(np.float32))
+    at = AppTest.from_file(page("1_corpus.py"), default_timeout=TIMEOUT).run()
+    no_error(at)
+    at.radio(key="corpus_source").set_value("Vector store").run()
+    at.text_input(key="store_input").set_value(uri).run()
+    at.button(key="load_store").click().run()
+    no_error(at)
+    assert any("Opened " in s.value and f"{len(docs)} documents" in s.value for s in at.success), [s.value for s in at.success]
+    up = at.session_state["uploaded_dataset"]
+    assert [d.id for d in up.documents] == [d.id for d in docs] and not up.queries
+    assert at.metric[0].value == str(len(docs))
+    # a bad source is one visible line, not a traceback
+    at.text_input(key="store_input").set_value(f"chroma://{tmp_path / 'kb'}?collection=nope").run()
+    at.button(key="load_store").click().run()
+    assert not at.exception and at.error and "nope" in at.error[0].value
