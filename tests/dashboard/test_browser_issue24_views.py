@@ -36,17 +36,6 @@ from _browser import (
 pytestmark = [pytest.mark.browser]
 
 
-@pytest.fixture
-def tiny_server(tmp_path, tiny_env):
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.skip("chromium/chromedriver not installed (apt-get install chromium chromium-driver)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
-    env.update(tiny_env)
-    env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
-    with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
-        yield url, driver
-
-
 def _nav(driver, path: str) -> None:
     """Follow the sidebar's navigation link to ``/path`` (the same session, unlike driver.get)."""
     from selenium.webdriver.common.by import By

@@ -3,7 +3,6 @@ what it describes, counters that refresh after an action, a triage queue ordered
 priority, rollback that needs a reason and a confirmation, stale labels after a condition switch."""
 from __future__ import annotations
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from _dashdata import page
@@ -14,13 +13,6 @@ TIMEOUT = 180
 def no_error(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-
-
-@pytest.fixture
-def fresh_ledger(dash_env, tmp_path, monkeypatch):
-    path = tmp_path / "ledger.sqlite"
-    monkeypatch.setenv("SIEVE_DASHBOARD_LEDGER", str(path))
-    return path
 
 
 def _audited_alerts(fresh_ledger) -> AppTest:

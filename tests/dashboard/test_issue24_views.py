@@ -27,13 +27,6 @@ def no_error(at: AppTest) -> None:
     assert not at.error, [e.value for e in at.error]
 
 
-@pytest.fixture
-def fresh_ledger(dash_env, tmp_path, monkeypatch):
-    path = tmp_path / "ledger.sqlite"
-    monkeypatch.setenv("SIEVE_DASHBOARD_LEDGER", str(path))
-    return path
-
-
 def _figures(at: AppTest) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
