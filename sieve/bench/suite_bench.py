@@ -228,7 +228,7 @@ def main() -> None:
         print(gen)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        cmd = "sieve bench suite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        cmd = "sieve bench suite -- " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         (args.out / "suite.json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=1, default=str))
         (args.out / "suite.md").write_text(f"Regenerate: `{cmd}`\n\n{table}\n\n{held}\n\n{regret}\n\n{gen}\n",
                                            encoding="utf-8")

@@ -27,17 +27,23 @@ def available() -> dict[str, str]:
     return {n.removesuffix("_bench"): f"{BENCH_PACKAGE}.{n}" for n in names}
 
 
-@app.command("bench")
+@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @user_errors
 def bench(
-    name: str = typer.Argument(..., help="Benchmark to run, e.g. 'index', 'defenses', 'rsq', 'rsg', 'attacks', 'dashboard', 'serve', 'scale', 'eval'."),
-    args: list[str] = typer.Argument(None, help="Extra arguments passed to the benchmark (e.g. --help)."),
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="Benchmark to run, e.g. 'index', 'defenses', 'rsq', 'rsg', 'attacks', "
+                                         "'dashboard', 'serve', 'scale', 'eval', 'suite', 'stores', 'fusion'."),
+    args: list[str] = typer.Argument(None, help="Arguments passed to the benchmark (`sieve bench NAME -- --help` "
+                                                "shows its own options; the `--` is needed for --help only)."),
 ) -> None:
-    """Run a speed benchmark and print its table (modules sieve/bench/*_bench.py)."""
+    """Run a speed benchmark and print its table (modules sieve/bench/*_bench.py): `sieve bench NAME [ARGS]`."""
     benches = available()
     if name not in benches:
         known = ", ".join(benches) or "none (the sieve.bench package is missing)"
         raise UserError(f"unknown benchmark {name!r}; available: {known}")
     module = benches[name]
-    sys.argv = [module, *(args or [])]
+    passed = [*(args or []), *ctx.args]
+    if passed[:1] == ["--"]:
+        passed = passed[1:]
+    sys.argv = [module, *passed]
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -18,3 +18,19 @@ def test_bench_stores_ci_size(capsys, tmp_path):
     assert re.search(r"\(\d+ of 200 flagged; 50 of 50 poisons\)", out)
     assert "passed: True" in out
     assert (tmp_path / "w" / "chroma" / "chroma.sqlite3").is_file()
+
+
+def test_sieve_bench_passes_options_through_without_a_separator(tmp_path):
+    """`sieve bench stores --size …` runs the bench with those options (the README's form), as
+    `sieve bench stores -- --size …` does; --first-alert-only times step 4 alone."""
+    from typer.testing import CliRunner
+
+    from sieve.cli import app
+
+    for sep in ([], ["--"]):
+        work = tmp_path / ("sep" if sep else "plain")
+        r = CliRunner().invoke(app, ["bench", "stores", *sep, "--size", "900", "--batch", "100", "--retriever",
+                                     "tiny-hashing", "--first-alert-only", "--workdir", str(work)])
+        assert r.exit_code == 0, r.output
+        assert "corpus     900 passages" in r.output and re.search(r"first alert [\d.]+ s without re-embedding", r.output)
+        assert "incremental" not in r.output and "full       exact" not in r.output   # steps 1–3 skipped
