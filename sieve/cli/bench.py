@@ -17,14 +17,19 @@ import typer
 from sieve.cli._app import UserError, app, user_errors
 
 BENCH_PACKAGE = "sieve.bench"
+#: Benchmarks of a face live in that face's package (the library does not import faces): name → module.
+FACE_BENCHES = {"dashboard": "sieve.dashboard.bench"}
 
 
 def available() -> dict[str, str]:
-    """Benchmark name (``index``) → its module (``sieve.bench.index_bench``)."""
+    """Benchmark name (``index``) → its module (``sieve.bench.index_bench``, or a face's own
+    :data:`FACE_BENCHES`)."""
     spec = importlib.util.find_spec(BENCH_PACKAGE)   # imports `sieve`, not the bench package
     dirs = list(spec.submodule_search_locations or []) if spec is not None else []
     names = sorted({p.stem for d in dirs for p in Path(d).glob("*_bench.py")})
-    return {n.removesuffix("_bench"): f"{BENCH_PACKAGE}.{n}" for n in names}
+    found = {n.removesuffix("_bench"): f"{BENCH_PACKAGE}.{n}" for n in names}
+    found.update({n: m for n, m in FACE_BENCHES.items() if importlib.util.find_spec(m.rsplit(".", 1)[0])})
+    return dict(sorted(found.items()))
 
 
 @app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -110,8 +110,7 @@ class ContextConflict(Defense):
     def fit(self, snapshot: Any, resources: "Resources | None" = None) -> "ContextConflict":
         """Index the snapshot's passages (``ids``, ``documents``) and keep its vectors (no labels read)."""
         self.index_ = AnswerIndex.of_snapshot(snapshot)
-        vectors = getattr(snapshot, "vectors", None)
-        self.vectors_ = None if vectors is None else vectors
+        self.vectors_ = getattr(snapshot, "vectors", None)
         self.rows_ = {pid: j for j, pid in enumerate(self.index_.ids)}
         self.__dict__.pop("_memo", None)
         self.__dict__.pop("_count_memo", None)

@@ -1,6 +1,6 @@
 """Query-explorer latency (docs/design.md budget: a query renders in < 1.5 s after warm-up on the demo).
 
-    .venv/bin/python -m sieve.bench.dashboard_bench [--queries 20] [--condition clean|<family>] [--tiny]
+    sieve bench dashboard [--queries 20] [--condition clean|<family>] [--tiny]
 
 Measures the explorer's service-layer call path (:func:`sieve.dashboard.service.explore`: retrieval at
 depth 50, the default defenses tris + rsq + rsg_rsq + the undefended baseline, RSQ evidence) for
@@ -11,7 +11,7 @@ nothing is asserted.
 
 Attack lab class mode (issue 11: "the whole demo in under a minute on 2 cores")::
 
-    .venv/bin/python -m sieve.bench.dashboard_bench --class-mode [--baseline /tmp/base11] [--repeats 3]
+    sieve bench dashboard --class-mode [--baseline /tmp/base11] [--repeats 3]
 
 drives the Attack lab page as a teacher does (open the page, switch class mode on, click "Generate
 answers") with Streamlit's AppTest in a fresh process per repeat, on the real models. Each process
@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: ``--class-mode-child DIR`` (this file run as a script) imports the library from DIR, the tree being measured
 _CHILD_ROOT = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--class-mode-child" else None
 if _CHILD_ROOT:
+    here = Path(__file__).resolve().parent      # run as a script, this package's folder is sys.path[0]:
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]   # its modules must not shadow others
     sys.path.insert(0, _CHILD_ROOT)
 
 from sieve.dashboard import explorer as E  # noqa: E402
