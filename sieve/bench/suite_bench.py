@@ -44,7 +44,7 @@ from sieve.experiment.workspace import make_resources, open_experiment
 
 SHARED = ROOT.parent / "shared" / "data"
 COMPONENTS = ("none", "tris_l2", "rsq", "rsg", "perplexity", "trustrag", "rsg_rsq", "answer_consistency",
-              "ragdefender", "context_conflict")
+              "ragdefender", "context_conflict", "promotion")
 #: The shipped default until the second suite session (docs/results/suite.md): every configuration
 #: below is written out against it, so that a change of the default never changes what a name means.
 V2: dict[str, Any] = {"ties": "conservative", "refill_factor": 3.0, "pairwise_scope": "seen",
@@ -52,6 +52,9 @@ V2: dict[str, Any] = {"ties": "conservative", "refill_factor": 3.0, "pairwise_sc
 _R1 = {"refill_factor": 1.0, "pairwise_scope": "survivors"}
 _MID_R1 = {**V2, **_R1, "ties": "mid"}
 _NO_COHESION = ("l2", "rsq", "rsg", "perplexity", "rouge")
+#: The default chosen in the second suite session (= ``mid-refill1-cohesion+conflict``); the third
+#: session's entries are written out against it.
+D3: dict[str, Any] = {**_MID_R1, "evidence": _NO_COHESION + ("conflict",)}
 #: Fusion configurations (parameters of :class:`~sieve.defenses.fusion.Fusion`); ``default`` is the
 #: class's own defaults. Which were written after looking at which data: docs/results/suite.md.
 FUSION_CONFIGS: dict[str, dict[str, Any]] = {
@@ -75,6 +78,11 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     "mid-refill1-cohesion+c": {**_MID_R1, "component_budget": 0.005, "evidence": _NO_COHESION},
     "mid-refill1+conflict": {**_MID_R1, "evidence": V2["evidence"] + ("conflict",)},
     "mid-refill1-cohesion+conflict": {**_MID_R1, "evidence": _NO_COHESION + ("conflict",)},
+    # third session (after measuring promotion and query similarity alone on msmarco-gold and the demo):
+    "d3+similarity": {**D3, "evidence": D3["evidence"] + ("similarity",)},
+    "d3+promotion": {**D3, "evidence": D3["evidence"] + ("promotion",)},
+    "d3+promotion+similarity": {**D3, "evidence": D3["evidence"] + ("promotion", "similarity")},
+    "d3+promotion-conflict": {**D3, "evidence": _NO_COHESION + ("promotion",)},
 }
 
 

@@ -8,8 +8,9 @@ tests/defenses/test_fusion_evidence.py checks they agree on the same ranking.
 
 Scopes: ``document`` — the method scores the context documents themselves (a sub-ranking of them;
 per-document scores); ``ranking`` — the method scores the whole ranking once (RAGDefender's top
-``k_ctx``); ``context`` — the method scores the current survivors as a ranking, again every refill
-round (RSQ's top-5 vs ranks 6–20, the answer corroboration of the context against the rest);
+``k_ctx``); ``neighbourhood`` — the method scores every document of the ranking once against the
+ranking's first documents (promotion without support, §14.6); ``context`` — the method scores the
+current survivors as a ranking, again every refill round (RSQ's top-5 vs ranks 6–20, the answer corroboration of the context against the rest);
 ``window`` — pairwise over the first ``cohesion_scope`` survivors (plus, with ``pairwise_scope="seen"``,
 the documents removed in earlier rounds).
 """
@@ -54,6 +55,7 @@ EVIDENCE: dict[str, Evidence] = {e.name: e for e in (   # in the order values ar
     Evidence("rouge", "window"),          # TrustRAG's near-copy signal (sieve.defenses.trustrag.max_rouge)
     Evidence("answer", "context", "answer_consistency"),
     Evidence("conflict", "context", "context_conflict"),   # sources, not passages, decide (§14.5)
+    Evidence("promotion", "neighbourhood", "promotion"),   # closer to the question than to its neighbours (§14.6)
 )}
 
 
@@ -118,9 +120,10 @@ class EvidenceSources:
             elif name == "similarity":
                 for i, v in zip(idx, query_similarity(resources, ranking.query, [docs[i].text for i in idx])):
                     out[i]["similarity"] = v
-            elif e.scope == "ranking" and name in self.methods:
+            elif e.scope in ("ranking", "neighbourhood") and name in self.methods:
+                k = K_CTX if e.scope == "ranking" else None   # neighbourhood: every document, refill included
                 try:   # a peer baseline failing must not break the fused detector
-                    items = self.methods[name].score(ranking, resources, K_CTX).items
+                    items = self.methods[name].score(ranking, resources, k).items
                 except Exception:  # noqa: BLE001
                     continue
                 for i, s in enumerate(items):

@@ -5,7 +5,7 @@ Rows are ``summary.json`` rows (:func:`sieve.evaluation.summary.summary_row`) wi
 (``dataset``, ``untargeted``, ``clean_truth_kept``, ``clean_removal_on_clean``,
 ``clean_scored_on_clean``), as ``sieve bench suite`` (sieve/bench/suite_bench.py) writes them.
 
-* :func:`choose` — the held-out rule: within the clean budget on every dataset
+* :func:`pick` / :func:`choose` — the held-out rule: within the clean budget on every dataset
   (:func:`within_budget`), then the most cells meeting their goal (:func:`meets_goal`), then the
   lowest mean poison-in-context; :func:`held_out_tables` applies it leaving out each dataset and
   each family.
@@ -13,6 +13,7 @@ Rows are ``summary.json`` rows (:func:`sieve.evaluation.summary.summary_row`) wi
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sieve.constants import CLEAN
@@ -91,12 +92,30 @@ def meets_goal(row: dict[str, Any]) -> bool:
     return tc > 0 and tk / tc >= TRUTH_RATIO - 1e-9   # keeping no truth on clean questions meets no truth goal
 
 
-def choose(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str, str]], budget: float = 0.05
-           ) -> tuple[str, float]:
-    """The fusion configuration to use where ``cells`` (dataset, family) were all that was seen: within
-    the clean budget on held-out clean queries of every dataset first (:func:`within_budget`), then the
-    most cells meeting their goal (:func:`meets_goal`: poison-in-context and truth-kept), then the
-    lowest mean poison-in-context (ties: the earlier configuration, i.e. the default)."""
+@dataclass(frozen=True)
+class Choice:
+    """What :func:`pick` chose and why: the configuration, its mean poison-in-context over the cells
+    seen, how many of them meet the goal, and whether it is within the clean budget everywhere."""
+
+    config: str
+    mean_pic: float
+    met: int
+    cells: int
+    within_budget: bool
+
+    def label(self) -> str:
+        return (f"{self.config} ({self.met} of {self.cells} cells meet the goal"
+                + ("; none is within the budget everywhere)" if not self.within_budget else ")"))
+
+
+def pick(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str, str]], budget: float = 0.05
+         ) -> Choice:
+    """The held-out rule, the one way Sieve chooses a configuration (the suite's leave-one-dataset-out
+    and leave-one-family-out tables, :mod:`sieve.evaluation.lofo`): within the clean budget on held-out
+    clean queries of every dataset first (:func:`within_budget`), then the most ``cells`` (dataset,
+    family) meeting their goal (:func:`meets_goal`: poison-in-context and truth-kept), then the lowest
+    mean poison-in-context over them; ties go to the earlier configuration, i.e. the default. When
+    none is within the budget everywhere the same order decides among all of them (and says so)."""
     by = {(r["dataset"], r["attack"], r["defense"]): r for r in rows}
     scored: list[tuple[int, int, float, int, str]] = []
     for order, c in enumerate(configs):
@@ -112,10 +131,17 @@ def choose(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str
         if vals:
             scored.append((int(not within), -met, sum(vals) / len(vals), order, c))
     if not scored:
-        return configs[0], float("inf")
+        return Choice(configs[0], float("inf"), 0, len(cells), False)
     over, met, mean, _, best = min(scored)
-    note = f" ({-met} of {len(cells)} cells meet the goal" + ("; none is within the budget everywhere)" if over else ")")
-    return best + note, mean
+    return Choice(best, mean, -met, len(cells), not over)
+
+
+def choose(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str, str]], budget: float = 0.05
+           ) -> tuple[str, float]:
+    """(:meth:`Choice.label`, mean poison-in-context) of :func:`pick`; ``(configs[0], inf)`` when no
+    configuration has a row in ``cells``."""
+    c = pick(rows, configs, cells, budget)
+    return (c.label() if c.mean_pic != float("inf") else c.config), c.mean_pic
 
 
 def _mean_pic(by: dict[tuple[str, str, str], dict[str, Any]], cells: list[tuple[str, str]], cfg: str) -> str:
@@ -133,9 +159,8 @@ def held_out_tables(rows: list[dict[str, Any]], configs: list[str]) -> str:
         for held in sorted({c[key] for c in cells}):
             others = [c for c in cells if c[key] != held]
             mine = [c for c in cells if c[key] == held]
-            chosen, _ = choose(rows, configs, others)
-            name = chosen.split(" (", 1)[0]
-            out.append(f"| {kind} {held} | {chosen} | {_mean_pic(by, mine, name)} | "
+            chosen = pick(rows, configs, others)
+            out.append(f"| {kind} {held} | {chosen.label()} | {_mean_pic(by, mine, chosen.config)} | "
                        f"{_mean_pic(by, mine, configs[0])} |")
     return "\n".join(out)
 

@@ -6,9 +6,12 @@ the attack families. A leave-one-family-out (LOFO) table makes that choice hones
 F, the configuration (here: the evidence subset, e.g. all evidence or all-but-one) is chosen by a
 fixed rule on the *other* families only, and F is reported with the configuration chosen without it.
 
-Rule (:func:`choose_config`): among the configurations whose clean removal stays within the budget,
-the one with the lowest mean poison-in-context over the other families (ties: the earlier
-configuration in the given order, i.e. the full detector first).
+Rule (:func:`choose_config`): the held-out rule of the development suite,
+:func:`sieve.evaluation.choice.pick` — one rule for both — over this table's families: within the
+clean budget (the lower end of the Wilson interval of the clean removal), then the most families
+meeting the goal (poison-in-context ≤ 5 %, ≤ 2 % for ``pr_b``), then the lowest mean
+poison-in-context over the other families (ties: the earlier configuration in the given order, i.e.
+the full detector first). A configuration without a clean measurement is not within the budget.
 
 Inputs are per-configuration result tables ``{config: {family: FamilyResult}}`` (poison-in-context
 counts, n) plus the clean removal per configuration, produced e.g. by ``sieve/bench/fusion_bench.py``.
@@ -16,9 +19,11 @@ counts, n) plus the clean removal per configuration, produced e.g. by ``sieve/be
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from sieve.constants import CLEAN
 from sieve.defenses.budget import budget_index
+from sieve.evaluation.choice import pick
 from sieve.evaluation.metrics import wilson_interval
 
 
@@ -61,21 +66,28 @@ class LofoRow:
     others_mean: float          # chosen configuration's mean poison-in-context on the other families
 
 
+#: The dataset name of the rows :func:`choose_config` hands to the suite's rule (one dataset here).
+_ONE = "-"
+
+
 def choose_config(results: Mapping[str, Mapping[str, FamilyResult]], clean: Mapping[str, CleanResult],
                   families: Sequence[str], budget: float = 0.05) -> tuple[str, float]:
     """(configuration, its mean poison-in-context over ``families``) by the module's rule; the first
-    configuration in ``results`` wins ties and is chosen when none is within the budget."""
+    configuration in ``results`` wins ties."""
     configs = list(results)
     if not configs:
         raise ValueError("lofo: no configurations")
-    ok = [c for c in configs if c in clean and clean[c].within(budget)] or configs[:1]
-    best, best_mean = ok[0], float("inf")
-    for c in ok:
-        rates = [results[c][f].rate for f in families if f in results[c] and results[c][f].n]
-        mean = sum(rates) / len(rates) if rates else float("inf")
-        if mean < best_mean - 1e-12:
-            best, best_mean = c, mean
-    return best, best_mean
+    rows: list[dict[str, Any]] = []
+    for c in configs:
+        cl = clean.get(c)
+        removal = {"clean_removal_on_clean": cl.rate if cl is not None else 1.0,
+                   "clean_scored_on_clean": cl.n if cl is not None else 1}
+        rows.append({"dataset": _ONE, "attack": CLEAN, "defense": f"fusion[{c}]",
+                     "n_scored_clean": cl.n if cl is not None else 1, **removal})
+        rows += [{"dataset": _ONE, "attack": f, "defense": f"fusion[{c}]", "poison_in_context_rate": r.rate,
+                  **removal} for f, r in results[c].items() if f in families and r.n]
+    chosen = pick(rows, configs, [(_ONE, f) for f in families], budget)
+    return chosen.config, chosen.mean_pic
 
 
 def lofo_table(results: Mapping[str, Mapping[str, FamilyResult]], clean: Mapping[str, CleanResult],

@@ -50,6 +50,7 @@ def _values(records, name):
     ("answer", "answer_consistency", {}),
     ("ragdefender", "ragdefender", {}),
     ("conflict", "context_conflict", {}),
+    ("promotion", "promotion", {}),
 ])
 def test_fused_evidence_is_the_method_score(setup, evidence, method, params):
     res, ranking, snap, f, records, _ = setup

@@ -73,3 +73,13 @@ def test_fusion_preparation_never_reads_the_attack_condition(tiny_dataset, eval_
     r = exp.rank(ds.attack_records(family)[0].query, condition=family)
     with pytest.raises(ValueError, match="clean rankings only"):
         Fusion(evidence=ev).calibrate([r], eval_resources)
+
+
+def test_lofo_chooses_by_the_suites_rule():
+    """One rule (sieve.evaluation.choice.pick): a configuration meeting the goal on more families
+    beats one with a lower mean poison rate that meets it nowhere, as in the suite's tables."""
+    res = {"a": {"x": R(1, 20), "y": R(20, 20)}, "b": {"x": R(5, 20), "y": R(5, 20)}}
+    clean = {"a": CleanResult(2, 100), "b": CleanResult(2, 100)}
+    assert choose_config(res, clean, ["x", "y"]) == ("a", pytest.approx((0.05 + 1.0) / 2))
+    # and a configuration with no clean measurement is never within the budget
+    assert choose_config(res, {"b": CleanResult(2, 100)}, ["x", "y"])[0] == "b"
