@@ -105,10 +105,14 @@ def _record(qid: str, cond: str, spec: str, ranking: Any, result: Any, own: set[
 
 def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_configs: list[str], limit: int | None,
                 k_ctx: int = 5, resources: Any = None, generator: Any = None,
-                generate_conditions: set[str] | None = None) -> list[dict[str, Any]]:
+                generate_conditions: set[str] | None = None, cross_fit_clean: bool = False) -> list[dict[str, Any]]:
     """Summary rows (plus truth-kept) of every defense on every condition of one dataset; with a
     ``generator`` (:class:`~sieve.evaluation.answers.Generator`), answers from each final context of
-    the ``generate_conditions`` (all when None) give clean accuracy and ASR."""
+    the ``generate_conditions`` (all when None) give clean accuracy and ASR. With ``cross_fit_clean``
+    the clean row covers every clean question: the held-out half by the defense calibrated on the
+    calibration half (as without it), the calibration half by a second one calibrated on the held-out
+    half — no question is answered by a detector calibrated on it. AUROC keeps the held-out half's
+    scores as negatives (one detector's score scale)."""
     from tqdm.auto import tqdm
 
     ds = load_dataset(path)
@@ -126,6 +130,8 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
                                                                          rankings[(CLEAN, q.id)]), (list(q.answers), None))
                     for q in clean_q if q.id in test_ids]
     calib = [rankings[(CLEAN, q.id)] for q in clean_q if q.id in calib_ids]
+    swapped: list[Any] = [(q.id, rankings[(CLEAN, q.id)], set(), relevant_ids(ds.qrels, q.id, q.answers, rankings[(CLEAN, q.id)]),
+                (list(q.answers), None)) for q in clean_q if q.id in calib_ids] if cross_fit_clean else []
     for fam in ds.attack_families():
         targets = ds.attack_records(fam)[:limit or None]
         items[fam] = []
@@ -164,6 +170,10 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
         if d.corpus_time:
             prepare_defense(exp, d, condition=CLEAN, calibrate=False)
         neg = _negatives(recs[CLEAN])
+        if swapped:
+            recs[CLEAN] += _cross_fitted(exp, label, params, spec, swapped, [r for _, r, *_ in items[CLEAN]],
+                                         res, k_ctx, generator if generate_conditions is None
+                                         or CLEAN in generate_conditions else None)
         clean_row = summary_row(label, CLEAN, recs[CLEAN], neg)
         for cond, rr in recs.items():
             row = summary_row(label, cond, rr, neg)
@@ -176,6 +186,26 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
             rows.append(row)
         print(f"{name}: {label} in {time.perf_counter() - t1:.0f} s", flush=True)
     return rows
+
+
+def _cross_fitted(exp: Any, label: str, params: dict[str, Any] | None, spec: str, its: list[Any],
+                  calibration: list[Any], res: Any, k_ctx: int, generator: Any) -> list[dict[str, Any]]:
+    """Records of the calibration half's clean questions by a fresh defense calibrated on the
+    held-out half (``run_dataset``'s ``cross_fit_clean``)."""
+    from tqdm.auto import tqdm
+
+    from sieve.defenses.fusion import Fusion
+
+    d = prepare_defense(exp, Fusion(**params) if params is not None else spec, clean_rankings=calibration)
+    out = []
+    for qid, r, own, rel, ans in tqdm(its, desc=f"{label} × clean, other half" + (" (answering)" if generator else ""),
+                                      unit="q", leave=False):
+        result = d.apply(r, res, k_ctx)
+        rec = _record(qid, CLEAN, label, r, result, own, rel, ans)
+        if generator is not None:
+            rec["answer"] = generator.answer(r.query, [c.text for c in result.context]).text
+        out.append(rec)
+    return out
 
 
 def main() -> None:
@@ -191,6 +221,9 @@ def main() -> None:
     ap.add_argument("--generate", action="store_true",
                     help="answer from every final context with the local generator (clean accuracy, ASR); "
                          "answers are cached in --work/answers.sqlite")
+    ap.add_argument("--cross-fit-clean", action="store_true",
+                    help="measure the clean row on every clean question: each half by a defense calibrated on the "
+                         "other half (twice the calibrations; what --generate uses for clean accuracy on all questions)")
     ap.add_argument("--generate-conditions", default=None,
                     help="with --generate: only these conditions (comma-separated, e.g. clean,pr_b)")
     args = ap.parse_args()
@@ -222,7 +255,8 @@ def main() -> None:
     for name in names:
         if name in built:
             rows += run_dataset(name, built[name], cfg, [s for s in args.defenses.split(",") if s], configs, args.limit,
-                                resources=res, generator=generator, generate_conditions=gen_conds)
+                                resources=res, generator=generator, generate_conditions=gen_conds,
+                                cross_fit_clean=args.cross_fit_clean)
     components = [s for s in args.defenses.split(",") if s]
     table, held, gen = format_suite(rows), held_out_tables(rows, configs), format_generation(rows)
     regret = no_regret(rows, components, f"fusion[{configs[0]}]") if configs else ""

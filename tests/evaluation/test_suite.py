@@ -180,3 +180,24 @@ def test_summary_row_reports_truth_kept(kept):
            "own_poison_ids": ["p"], "context_ids": ["g"] if kept else ["x"], "relevant_ids": ["g"], "decisions": []}
     row = summary_row("d", "pr_b", [rec], [])
     assert row["truth_kept"] == (1.0 if kept else 0.0) and row["n_truth"] == 1 and row["truth_kept_ci95"]
+
+
+def test_cross_fitted_clean_row_covers_every_clean_question(tmp_path, eval_resources):
+    """``sieve bench suite --cross-fit-clean``: the clean row holds every clean question (each half
+    by a defense calibrated on the other half); attacked rows are those of the plain protocol."""
+    from evaldata import write_dataset
+
+    from sieve.bench.suite_bench import run_dataset, split_clean
+
+    path = write_dataset(tmp_path / "tinyds")
+    ds = load_dataset(path)
+    calib, held = split_clean([q.id for q in ds.queries])
+    assert calib and held                                  # both halves hold questions on this fixture
+    args = ("tiny", path, eval_resources.config, ["none", "perplexity"], [], None)
+    plain = run_dataset(*args, resources=eval_resources)
+    crossed = run_dataset(*args, resources=eval_resources, cross_fit_clean=True)
+    clean = {r["defense"]: r for r in crossed if r["attack"] == "clean"}
+    assert clean["perplexity"]["queries"] == len(ds.queries)
+    assert {r["defense"]: r for r in plain if r["attack"] == "clean"}["perplexity"]["queries"] == len(held)
+    attacked = [(r["defense"], r["poison_in_context_rate"]) for r in plain if r["attack"] == "pr_b"]
+    assert attacked == [(r["defense"], r["poison_in_context_rate"]) for r in crossed if r["attack"] == "pr_b"]
