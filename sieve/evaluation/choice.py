@@ -86,10 +86,7 @@ def meets_goal(row: dict[str, Any]) -> bool:
     pic = row.get("poison_in_context_rate")
     if pic is None or pic > GOAL_PIC.get(row["attack"], GOAL_PIC_DEFAULT) + 1e-9:
         return False
-    tk, tc = row.get("truth_kept"), row.get("clean_truth_kept")
-    if tk is None or tc is None:          # the set has no relevant passage to keep
-        return True
-    return tc > 0 and tk / tc >= TRUTH_RATIO - 1e-9   # keeping no truth on clean questions meets no truth goal
+    return keeps_truth(row)   # keeping no truth on clean questions meets no truth goal
 
 
 @dataclass(frozen=True)
@@ -165,12 +162,23 @@ def held_out_tables(rows: list[dict[str, Any]], configs: list[str]) -> str:
     return "\n".join(out)
 
 
+def keeps_truth(row: dict[str, Any]) -> bool:
+    """Attacked truth-kept at least :data:`TRUTH_RATIO` of clean truth-kept (true where the set has no
+    relevant passage); the truth half of :func:`meets_goal`."""
+    tk, tc = row.get("truth_kept"), row.get("clean_truth_kept")
+    if tk is None or tc is None:
+        return True
+    return tc > 0 and tk / tc >= TRUTH_RATIO - 1e-9
+
+
 def no_regret(rows: list[dict[str, Any]], components: list[str], fusion: str = "fusion[default]",
               budget: float = 0.05) -> str:
     """Fusion beside its best component per dataset × family: the component with the lowest
     poison-in-context among those within the clean budget on held-out clean queries
-    (:func:`within_budget`), and whether
-    fusion is at least as good within the Wilson interval, on poison-in-context and on truth-kept."""
+    (:func:`within_budget`) **and keeping the truth** (:func:`keeps_truth`; when none of them does,
+    among all within the budget, marked "*"), and whether fusion is at least as good within the Wilson
+    interval, on poison-in-context and on truth-kept. A component that empties the attacked context of
+    its relevant passages is not the standard to meet: removing everything holds every poison."""
     by = {(r["dataset"], r["attack"], r["defense"]): r for r in rows}
     cells = sorted({(r["dataset"], r["attack"]) for r in rows if r["attack"] != CLEAN})
     out = ["| dataset | family | fusion PIC [CI] / truth-kept | best component within budget: PIC / truth-kept | "
@@ -184,12 +192,13 @@ def no_regret(rows: list[dict[str, Any]], components: list[str], fusion: str = "
                  and within_budget(by[(ds, fam, c)], by.get((ds, CLEAN, c)), budget)]
         if not comps:
             continue
-        best = min(comps, key=lambda r: (r["poison_in_context_rate"], -(r.get("truth_kept") or 0.0)))
+        keeping = [c for c in comps if keeps_truth(c)]
+        best = min(keeping or comps, key=lambda r: (r["poison_in_context_rate"], -(r.get("truth_kept") or 0.0)))
         ci = f.get("poison_in_context_ci95") or [0.0, 1.0]
         ok_pic = ci[0] <= best["poison_in_context_rate"] + 1e-12
         ok_truth = (f.get("truth_kept") or 0.0) >= (best.get("truth_kept") or 0.0) - 0.05
         verdict = "yes" if ok_pic and ok_truth else ("no (poisons)" if not ok_pic else "no (truth)")
         out.append(f"| {ds} | {fam} | {_pct(f['poison_in_context_rate'])} [{ci[0]:.2f}, {ci[1]:.2f}] / "
-                   f"{_pct(f.get('truth_kept'))} | {best['defense']}: {_pct(best['poison_in_context_rate'])} / "
-                   f"{_pct(best.get('truth_kept'))} | {verdict} |")
+                   f"{_pct(f.get('truth_kept'))} | {best['defense']}{'' if keeping else '*'}: "
+                   f"{_pct(best['poison_in_context_rate'])} / {_pct(best.get('truth_kept'))} | {verdict} |")
     return "\n".join(out)

@@ -51,3 +51,14 @@ def test_no_regret_compares_with_the_best_component_within_the_budget():
     lines = {ln.split(" | ")[1]: ln for ln in table.splitlines()[2:]}
     assert lines["payload_only"].endswith("yes |")
     assert "tris_l2: 0.00" in lines["pr_b"] and lines["pr_b"].endswith("no (poisons) |")
+
+
+def test_the_best_component_is_one_that_keeps_the_truth_where_any_does():
+    rows = [_row("a", "pr_b", "fusion[default]", 0.04, tk=0.9),
+            _row("a", "pr_b", "tris_l2", 0.0, tk=0.0, tc=0.05),               # holds the poisons by removing the truth
+            _row("a", "pr_b", "trustrag", 0.02, tk=0.95),
+            _row("b", "pr_b", "fusion[default]", 0.5, tk=0.9), _row("b", "pr_b", "tris_l2", 0.0, tk=0.1)]
+    lines = {ln.split(" | ")[0]: ln for ln in no_regret(rows, ["tris_l2", "trustrag"]).splitlines()[2:]}
+    assert "trustrag: 0.02 / 0.95" in lines["| a"] and lines["| a"].endswith("yes |")
+    # where no component keeps the truth, the best by poisons alone, marked
+    assert "tris_l2*: 0.00" in lines["| b"] and lines["| b"].endswith("no (poisons) |")
