@@ -2,7 +2,7 @@
 docs/algorithms.md §9.4), on hand-built suite rows."""
 from __future__ import annotations
 
-from sieve.evaluation.choice import choose, held_out_tables, meets_goal, no_regret, within_budget
+from sieve.evaluation.choice import choose, dominates, held_out_tables, meets_goal, no_regret, within_budget
 
 
 def _row(ds, fam, defense, pic, tk=None, tc=1.0, removal=0.04, n_clean=300):
@@ -49,16 +49,18 @@ def test_no_regret_compares_with_the_best_component_within_the_budget():
             _row("a", "payload_only", "fusion[default]", 0.05, tk=0.97), _row("a", "payload_only", "tris_l2", 0.9, tk=1.0)]
     table = no_regret(rows, ["tris_l2", "rsg"])
     lines = {ln.split(" | ")[1]: ln for ln in table.splitlines()[2:]}
-    assert lines["payload_only"].endswith("yes |")
-    assert "tris_l2: 0.00" in lines["pr_b"] and lines["pr_b"].endswith("no (poisons) |")
+    assert "| yes |" in lines["payload_only"]
+    assert "tris_l2: 0.00" in lines["pr_b"] and "| no (poisons) | tris_l2 |" in lines["pr_b"]
 
 
-def test_the_best_component_is_one_that_keeps_the_truth_where_any_does():
-    rows = [_row("a", "pr_b", "fusion[default]", 0.04, tk=0.9),
+def test_a_component_dominates_fusion_only_when_better_on_one_measure_and_no_worse_on_the_other():
+    rows = [_row("a", "pr_b", "fusion[default]", 0.30, tk=0.9),
             _row("a", "pr_b", "tris_l2", 0.0, tk=0.0, tc=0.05),               # holds the poisons by removing the truth
-            _row("a", "pr_b", "trustrag", 0.02, tk=0.95),
-            _row("b", "pr_b", "fusion[default]", 0.5, tk=0.9), _row("b", "pr_b", "tris_l2", 0.0, tk=0.1)]
-    lines = {ln.split(" | ")[0]: ln for ln in no_regret(rows, ["tris_l2", "trustrag"]).splitlines()[2:]}
-    assert "trustrag: 0.02 / 0.95" in lines["| a"] and lines["| a"].endswith("yes |")
-    # where no component keeps the truth, the best by poisons alone, marked
-    assert "tris_l2*: 0.00" in lines["| b"] and lines["| b"].endswith("no (poisons) |")
+            _row("a", "pr_b", "trustrag", 0.10, tk=0.88),                     # fewer poisons, as much truth: dominates
+            _row("a", "pr_b", "promotion", 1.0, tk=1.0),                      # keeps everything: not better
+            _row("b", "pr_b", "fusion[default]", 0.5, tk=0.7), _row("b", "pr_b", "rsq", 0.5, tk=0.9)]
+    lines = {ln.split(" | ")[0]: ln for ln in no_regret(rows, ["tris_l2", "trustrag", "promotion", "rsq"]).splitlines()[2:]}
+    assert "tris_l2: 0.00 / 0.00" in lines["| a"] and "no (poisons)" in lines["| a"]   # the literal comparison
+    assert lines["| a"].endswith("| trustrag |")
+    assert lines["| b"].endswith("| rsq |")             # as many poisons, more truth
+    assert not dominates(rows[1], rows[0]) and not dominates(rows[3], rows[0])

@@ -186,7 +186,6 @@ def test_cross_fitted_clean_row_covers_every_clean_question(tmp_path, eval_resou
     """``sieve bench suite --cross-fit-clean``: the clean row holds every clean question (each half
     by a defense calibrated on the other half); attacked rows are those of the plain protocol."""
     from evaldata import write_dataset
-
     from sieve.bench.suite_bench import run_dataset, split_clean
 
     path = write_dataset(tmp_path / "tinyds")
