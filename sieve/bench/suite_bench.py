@@ -83,6 +83,10 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     "d3+promotion": {**D3, "evidence": D3["evidence"] + ("promotion",)},
     "d3+promotion+similarity": {**D3, "evidence": D3["evidence"] + ("promotion", "similarity")},
     "d3+promotion-conflict": {**D3, "evidence": _NO_COHESION + ("promotion",)},
+    # after the no-regret table showed perplexity alone dominating fusion on GPT-4 poisons (diluted in
+    # the combination): each evidence also decides alone within a larger share of the budget
+    "d3+c1": {**D3, "component_budget": 0.01},
+    "d3+c2": {**D3, "component_budget": 0.02},
 }
 
 

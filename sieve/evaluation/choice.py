@@ -147,19 +147,28 @@ def _mean_pic(by: dict[tuple[str, str, str], dict[str, Any]], cells: list[tuple[
 
 
 def held_out_tables(rows: list[dict[str, Any]], configs: list[str]) -> str:
-    """Leave-one-dataset-out and leave-one-family-out choices of the fusion configuration."""
+    """Leave-one-dataset-out and leave-one-family-out choices of the fusion configuration, with what
+    each choice does where it was not chosen: its mean poison-in-context and goal cells there beside
+    the default's (``configs[0]``). A choice that differs from the default but meets no more goals
+    where it was held out has not shown that it transfers."""
     cells = sorted({(r["dataset"], r["attack"]) for r in rows if r["attack"] != CLEAN and not r.get("untargeted")})
     by = {(r["dataset"], r["attack"], r["defense"]): r for r in rows}
-    out = ["| held out | configuration chosen without it | its poison-in-context there (mean) | default there |",
-           "|---|---|---|---|"]
+    out = ["| held out | configuration chosen without it | its poison-in-context there (mean) | default there | "
+           "goal cells there: chosen / default |", "|---|---|---|---|---|"]
     for kind, key in (("dataset", 0), ("family", 1)):
         for held in sorted({c[key] for c in cells}):
             others = [c for c in cells if c[key] != held]
             mine = [c for c in cells if c[key] == held]
             chosen = pick(rows, configs, others)
             out.append(f"| {kind} {held} | {chosen.label()} | {_mean_pic(by, mine, chosen.config)} | "
-                       f"{_mean_pic(by, mine, configs[0])} |")
+                       f"{_mean_pic(by, mine, configs[0])} | {_goal_cells(by, mine, chosen.config)} / "
+                       f"{_goal_cells(by, mine, configs[0])} |")
     return "\n".join(out)
+
+
+def _goal_cells(by: dict[tuple[str, str, str], dict[str, Any]], cells: list[tuple[str, str]], cfg: str) -> str:
+    rs = [by[(d, f, f"fusion[{cfg}]")] for d, f in cells if (d, f, f"fusion[{cfg}]") in by]
+    return f"{sum(meets_goal(r) for r in rs)} of {len(rs)}" if rs else "—"
 
 
 def keeps_truth(row: dict[str, Any]) -> bool:

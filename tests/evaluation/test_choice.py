@@ -64,3 +64,14 @@ def test_a_component_dominates_fusion_only_when_better_on_one_measure_and_no_wor
     assert lines["| a"].endswith("| trustrag |")
     assert lines["| b"].endswith("| rsq |")             # as many poisons, more truth
     assert not dominates(rows[1], rows[0]) and not dominates(rows[3], rows[0])
+
+
+def test_held_out_tables_say_whether_a_choice_transfers():
+    rows = [_row("a", "pr_b", "fusion[default]", 0.03, tk=0.95), _row("a", "pr_b", "fusion[new]", 0.0, tk=0.99),
+            _row("b", "pr_b", "fusion[default]", 0.01, tk=0.95), _row("b", "pr_b", "fusion[new]", 0.10, tk=0.99)]
+    lines = {ln.split(" | ")[0]: ln for ln in held_out_tables(rows, ["default", "new"]).splitlines()[2:]}
+    # chosen on a, where only "new" meets the goal; held out b, it would not meet it and the default does
+    assert lines["| dataset b"].split(" | ")[1].startswith("new")
+    assert lines["| dataset b"].endswith("| 0 of 1 / 1 of 1 |")
+    # chosen on b (only the default meets it there): held out a, the default misses it
+    assert lines["| dataset a"].split(" | ")[1].startswith("default") and lines["| dataset a"].endswith("| 0 of 1 / 0 of 1 |")
