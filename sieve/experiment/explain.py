@@ -114,6 +114,10 @@ FUSION_TERMS: dict[str, str] = {
     "similarity": "Query similarity (cosine, −1–1) of the passage to the question in the judge's embedding space. "
                   "Poisons are written to be retrieved, and sit closer to the question than the clean passages that "
                   "answer it; higher is more suspicious.",
+    "promotion": "Promotion without support (cosine difference, −2–2, docs/algorithms.md §14.6): the passage's "
+                 "similarity to the question minus its mean similarity to the other passages retrieved for it (its "
+                 "own near-paraphrases left out). A passage written for the question sits much closer to it than to "
+                 "the passages around it; higher is more suspicious.",
     "p": "p-value (0–1) of this value against the same evidence on clean passages of clean questions: the share of "
          "clean passages at least this extreme. Lower is more suspicious; the fused score combines them "
          "(Cauchy combination: one very small p-value is enough) and removes at the 5 % clean budget.",
