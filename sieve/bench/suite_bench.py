@@ -44,7 +44,7 @@ from sieve.experiment.workspace import make_resources, open_experiment
 
 SHARED = ROOT.parent / "shared" / "data"
 COMPONENTS = ("none", "tris_l2", "rsq", "rsg", "perplexity", "trustrag", "rsg_rsq", "answer_consistency",
-              "ragdefender", "context_conflict", "promotion")
+              "ragdefender", "context_conflict", "promotion", "query_similarity")
 #: The shipped default until the second suite session (docs/results/suite.md): every configuration
 #: below is written out against it, so that a change of the default never changes what a name means.
 V2: dict[str, Any] = {"ties": "conservative", "refill_factor": 3.0, "pairwise_scope": "seen",
@@ -262,7 +262,8 @@ def main() -> None:
                                 resources=res, generator=generator, generate_conditions=gen_conds,
                                 cross_fit_clean=args.cross_fit_clean)
     components = [s for s in args.defenses.split(",") if s]
-    table, held, gen = format_suite(rows), held_out_tables(rows, configs), format_generation(rows)
+    table, gen = format_suite(rows), format_generation(rows)
+    held = held_out_tables(rows, configs) if configs else ""
     regret = no_regret(rows, components, f"fusion[{configs[0]}]") if configs else ""
     print(table)
     print()

@@ -1,8 +1,8 @@
 """The evidence fusion combines, each read from the method that defines it (docs/algorithms.md §14.2).
 
 Every evidence is one line of :data:`EVIDENCE`: the score of a registered defense (``method``), or
-a named function a defense itself uses (TrustRAG's ROUGE-L near-copy signal), or one of fusion's
-own two (judge-space cohesion among the context, similarity to the question). There is one
+a named function a defense itself uses (TrustRAG's ROUGE-L near-copy signal), or fusion's own
+judge-space cohesion among the context. There is one
 definition of each: a change to a method's score changes the fusion that reads it, and
 tests/defenses/test_fusion_evidence.py checks they agree on the same ranking.
 
@@ -46,7 +46,7 @@ class Evidence:
 #: Every evidence fusion can use, one line each (module docstring).
 EVIDENCE: dict[str, Evidence] = {e.name: e for e in (   # in the order values are combined
     Evidence("l2", "document", "tris_l2"),
-    Evidence("similarity", "document"),   # fusion's own: judge-space cosine to the question
+    Evidence("similarity", "document", "query_similarity"),   # judge-space cosine to the question (§14.7)
     Evidence("perplexity", "document", "perplexity"),
     Evidence("rsg", "document", "rsg", read=snapshot_free_score),
     Evidence("ragdefender", "ranking", "ragdefender"),
@@ -66,15 +66,6 @@ def judge_cohesion(X: np.ndarray, rows: Sequence[int]) -> list[float]:
     S = X @ X.T
     np.fill_diagonal(S, -np.inf)
     return [float(np.mean(np.sort(S[r])[-2:])) for r in rows]
-
-
-def query_similarity(resources: "Resources", query: str, texts: Sequence[str]) -> list[float]:
-    """Fusion's similarity: the judge-space cosine of each text to the question (computed in the
-    judge's space, not read from the ranking's scores, whose scale says nothing about the text)."""
-    qv = resources.judge_query_embedding(query)
-    X = resources.judge_embeddings(list(texts))
-    X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-    return [float(v) for v in X @ qv]
 
 
 class EvidenceSources:
@@ -117,9 +108,6 @@ class EvidenceSources:
                 if self.methods[name].corpus_time and name not in self.fitted:
                     continue          # RSG not fitted: the evidence is missing (Fusion reports it)
                 _store(out, idx, name, self.methods[name].score(sub, resources, None).items, e.read)
-            elif name == "similarity":
-                for i, v in zip(idx, query_similarity(resources, ranking.query, [docs[i].text for i in idx])):
-                    out[i]["similarity"] = v
             elif e.scope in ("ranking", "neighbourhood") and name in self.methods:
                 k = K_CTX if e.scope == "ranking" else None   # neighbourhood: every document, refill included
                 try:   # a peer baseline failing must not break the fused detector

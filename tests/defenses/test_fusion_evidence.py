@@ -12,7 +12,8 @@ from test_defense_contract import _ranking, _snapshot
 from _tris_fakes import resources_with
 from sieve.defenses import fusion, fusion_evidence
 from sieve.defenses.fusion import Fusion
-from sieve.defenses.fusion_evidence import EVIDENCE, judge_cohesion, query_similarity
+from sieve.defenses.fusion_evidence import EVIDENCE, judge_cohesion
+from sieve.defenses.similarity import query_cosines
 from sieve.models.tiny import HashingEmbedder
 from sieve.registry import DEFENSES
 from sieve.types import Ranking
@@ -51,6 +52,7 @@ def _values(records, name):
     ("ragdefender", "ragdefender", {}),
     ("conflict", "context_conflict", {}),
     ("promotion", "promotion", {}),
+    ("similarity", "query_similarity", {}),
 ])
 def test_fused_evidence_is_the_method_score(setup, evidence, method, params):
     res, ranking, snap, f, records, _ = setup
@@ -88,7 +90,7 @@ def test_fusions_own_evidence_is_computed_once(setup):
     where = {i: j for j, i in enumerate(window)}
     coh = judge_cohesion(X, [where[i] for i in range(K)])
     assert [records[i]["values"]["cohesion"] for i in range(K)] == coh
-    sims = query_similarity(res, ranking.query, [d.text for d in ranking.documents[:K]])
+    sims = query_cosines(res, ranking.query, [d.text for d in ranking.documents[:K]])
     assert [records[i]["values"]["similarity"] for i in range(K)] == sims
     assert all(-1.0 <= s <= 1.0 for s in sims) and float(np.ptp(coh)) >= 0
 
