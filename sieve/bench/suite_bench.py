@@ -130,12 +130,14 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
     for q in tqdm(clean_q, desc=f"{name}: rank clean", unit="q"):
         r = exp.rank(q.text, condition=CLEAN, query_id=q.id, correct_answers=q.answers)
         rankings[(CLEAN, q.id)] = r
-    items[CLEAN] = [(q.id, rankings[(CLEAN, q.id)], set(), relevant_ids(ds.qrels, q.id, q.answers,
-                                                                         rankings[(CLEAN, q.id)]), (list(q.answers), None))
-                    for q in clean_q if q.id in test_ids]
+
+    def clean_item(q: Any) -> tuple[str, Any, set[str], list[str], tuple[list[str], str | None]]:
+        r = rankings[(CLEAN, q.id)]
+        return q.id, r, set(), relevant_ids(ds.qrels, q.id, q.answers, r), (list(q.answers), None)
+
+    items[CLEAN] = [clean_item(q) for q in clean_q if q.id in test_ids]
     calib = [rankings[(CLEAN, q.id)] for q in clean_q if q.id in calib_ids]
-    swapped: list[Any] = [(q.id, rankings[(CLEAN, q.id)], set(), relevant_ids(ds.qrels, q.id, q.answers, rankings[(CLEAN, q.id)]),
-                (list(q.answers), None)) for q in clean_q if q.id in calib_ids] if cross_fit_clean else []
+    swapped = [clean_item(q) for q in clean_q if q.id in calib_ids] if cross_fit_clean else []
     for fam in ds.attack_families():
         targets = ds.attack_records(fam)[:limit or None]
         items[fam] = []
@@ -152,9 +154,7 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
     for label, spec, params in runs:
         t1 = time.perf_counter()
         try:
-            from sieve.defenses.fusion import Fusion
-
-            d = prepare_defense(exp, Fusion(**params) if params is not None else spec, clean_rankings=calib)
+            d = prepare_defense(exp, _defense(spec, params), clean_rankings=calib)
         except Exception as e:  # noqa: BLE001 - a defense that cannot run here is reported, not fatal
             print(f"{name}: {label} not prepared: {type(e).__name__}: {e}", flush=True)
             continue
@@ -162,15 +162,8 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
         for cond, its in items.items():
             if d.corpus_time:
                 prepare_defense(exp, d, condition=cond, calibrate=False)
-            answer = generator is not None and (generate_conditions is None or cond in generate_conditions)
-            recs[cond] = []
-            for qid, r, own, rel, ans in tqdm(its, desc=f"{name}: {label} × {cond}" + (" (answering)" if answer else ""),
-                                              unit="q", leave=False):
-                result = d.apply(r, res, k_ctx)
-                rec = _record(qid, cond, label, r, result, own, rel, ans)
-                if answer:
-                    rec["answer"] = generator.answer(r.query, [c.text for c in result.context]).text
-                recs[cond].append(rec)
+            answering = generator if generate_conditions is None or cond in generate_conditions else None
+            recs[cond] = _records(d, its, cond, label, res, k_ctx, answering, f"{name}: {label} × {cond}")
         if d.corpus_time:
             prepare_defense(exp, d, condition=CLEAN, calibrate=False)
         neg = _negatives(recs[CLEAN])
@@ -192,24 +185,35 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
     return rows
 
 
-def _cross_fitted(exp: Any, label: str, params: dict[str, Any] | None, spec: str, its: list[Any],
-                  calibration: list[Any], res: Any, k_ctx: int, generator: Any) -> list[dict[str, Any]]:
-    """Records of the calibration half's clean questions by a fresh defense calibrated on the
-    held-out half (``run_dataset``'s ``cross_fit_clean``)."""
-    from tqdm.auto import tqdm
-
+def _defense(spec: str, params: dict[str, Any] | None) -> Any:
+    """What :func:`prepare_defense` is handed for one run: a registered name, or a fusion configuration."""
     from sieve.defenses.fusion import Fusion
 
-    d = prepare_defense(exp, Fusion(**params) if params is not None else spec, clean_rankings=calibration)
+    return Fusion(**params) if params is not None else spec
+
+
+def _records(d: Any, its: list[Any], cond: str, label: str, res: Any, k_ctx: int, generator: Any,
+             desc: str) -> list[dict[str, Any]]:
+    """One record per item of ``its`` with ``d``'s final context (and, with a ``generator``, its answer)."""
+    from tqdm.auto import tqdm
+
     out = []
-    for qid, r, own, rel, ans in tqdm(its, desc=f"{label} × clean, other half" + (" (answering)" if generator else ""),
+    for qid, r, own, rel, ans in tqdm(its, desc=desc + (" (answering)" if generator is not None else ""),
                                       unit="q", leave=False):
         result = d.apply(r, res, k_ctx)
-        rec = _record(qid, CLEAN, label, r, result, own, rel, ans)
+        rec = _record(qid, cond, label, r, result, own, rel, ans)
         if generator is not None:
             rec["answer"] = generator.answer(r.query, [c.text for c in result.context]).text
         out.append(rec)
     return out
+
+
+def _cross_fitted(exp: Any, label: str, params: dict[str, Any] | None, spec: str, its: list[Any],
+                  calibration: list[Any], res: Any, k_ctx: int, generator: Any) -> list[dict[str, Any]]:
+    """Records of the calibration half's clean questions by a fresh defense calibrated on the
+    held-out half (``run_dataset``'s ``cross_fit_clean``)."""
+    d = prepare_defense(exp, _defense(spec, params), clean_rankings=calibration)
+    return _records(d, its, CLEAN, label, res, k_ctx, generator, f"{label} × clean, other half")
 
 
 def main() -> None:
