@@ -5,7 +5,7 @@ Rows are ``summary.json`` rows (:func:`sieve.evaluation.summary.summary_row`) wi
 (``dataset``, ``untargeted``, ``clean_truth_kept``, ``clean_removal_on_clean``,
 ``clean_scored_on_clean``), as ``sieve bench suite`` (sieve/bench/suite_bench.py) writes them.
 
-* :func:`pick` / :func:`choose` — the held-out rule: within the clean budget on every dataset
+* :func:`pick` — the held-out rule: within the clean budget on every dataset
   (:func:`within_budget`), then the most cells meeting their goal (:func:`meets_goal`), then the
   lowest mean poison-in-context; :func:`held_out_tables` applies it leaving out each dataset and
   each family.
@@ -131,14 +131,6 @@ def pick(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str, 
         return Choice(configs[0], float("inf"), 0, len(cells), False)
     over, met, mean, _, best = min(scored)
     return Choice(best, mean, -met, len(cells), not over)
-
-
-def choose(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str, str]], budget: float = 0.05
-           ) -> tuple[str, float]:
-    """(:meth:`Choice.label`, mean poison-in-context) of :func:`pick`; ``(configs[0], inf)`` when no
-    configuration has a row in ``cells``."""
-    c = pick(rows, configs, cells, budget)
-    return (c.label() if c.mean_pic != float("inf") else c.config), c.mean_pic
 
 
 def _mean_pic(by: dict[tuple[str, str, str], dict[str, Any]], cells: list[tuple[str, str]], cfg: str) -> str:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sieve.constants import CLEAN
-from sieve.defenses.budget import budget_index
 from sieve.evaluation.choice import pick
 from sieve.evaluation.metrics import wilson_interval
 
@@ -52,9 +51,6 @@ class CleanResult:
     @property
     def rate(self) -> float:
         return self.k / self.n if self.n else float("nan")
-
-    def within(self, budget: float) -> bool:
-        return self.k <= budget_index(self.n, budget) or self.rate <= budget + 1e-12
 
 
 @dataclass(frozen=True)

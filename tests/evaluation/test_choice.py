@@ -2,7 +2,7 @@
 docs/algorithms.md §9.4), on hand-built suite rows."""
 from __future__ import annotations
 
-from sieve.evaluation.choice import choose, dominates, held_out_tables, meets_goal, no_regret, within_budget
+from sieve.evaluation.choice import dominates, held_out_tables, meets_goal, no_regret, pick, within_budget
 
 
 def _row(ds, fam, defense, pic, tk=None, tc=1.0, removal=0.04, n_clean=300):
@@ -32,12 +32,13 @@ def test_choose_prefers_goals_met_over_a_lower_poison_rate_that_discards_the_tru
     for ds, fam in cells:
         rows.append(_row(ds, fam, "fusion[default]", 0.0, tk=0.2))          # lowest poison rate, truth gone
         rows.append(_row(ds, fam, "fusion[keep]", 0.01 if fam == "pr_b" else 0.3, tk=0.95))
-    chosen, mean = choose(rows, ["default", "keep"], cells)
+    choice = pick(rows, ["default", "keep"], cells)
+    chosen, mean = choice.label(), choice.mean_pic
     assert chosen.startswith("keep") and "2 of 3 cells" in chosen and abs(mean - 0.107) < 1e-3
     # over the budget somewhere: the configuration within it wins whatever its goals
     rows += [_row("c", "pr_b", "fusion[default]", 0.5, tk=0.9), _row("c", "pr_b", "fusion[keep]", 0.0, tk=1.0,
                                                                     removal=0.2)]
-    assert choose(rows, ["default", "keep"], cells + [("c", "pr_b")])[0].startswith("default")
+    assert pick(rows, ["default", "keep"], cells + [("c", "pr_b")]).label().startswith("default")
     table = {ln.split(" | ")[0]: ln for ln in held_out_tables(rows, ["default", "keep"]).splitlines()[2:]}
     assert table["| dataset a"].split(" | ")[1].startswith("default")   # chosen on b and c: keep is over budget on c
     assert table["| dataset c"].split(" | ")[1].startswith("keep")      # chosen on a and b
