@@ -84,8 +84,10 @@ class EvidenceSources:
                 params["duplicate_jaccard"] = duplicate_jaccard
             self.methods[name] = DEFENSES.create(e.method, **params)
         self.fitted: set[str] = set()
+        self._whole: dict[str, tuple[tuple[str, ...], list[Any]]] = {}   # last whole-ranking scores, per evidence
 
     def fit(self, snapshot: Any, resources: "Resources") -> None:
+        self._whole.clear()
         for name, m in self.methods.items():
             if m.corpus_time:
                 m.fit(snapshot, resources)
@@ -111,13 +113,24 @@ class EvidenceSources:
             elif e.scope in ("ranking", "neighbourhood") and name in self.methods:
                 k = K_CTX if e.scope == "ranking" else None   # neighbourhood: every document, refill included
                 try:   # a peer baseline failing must not break the fused detector
-                    items = self.methods[name].score(ranking, resources, k).items
+                    items = self._whole_ranking(name, ranking, resources, k)
                 except Exception:  # noqa: BLE001
                     continue
                 for i, s in enumerate(items):
                     if i in out and s.value is not None:
                         out[i][name] = float(s.value)
         return out
+
+    def _whole_ranking(self, name: str, ranking: Ranking, resources: "Resources", k: int | None) -> list[Any]:
+        """The method's scores of the whole ranking, computed once per ranking: every refill round
+        asks again for the documents that entered the context, and the answer does not change."""
+        key = (ranking.query, *(d.id for d in ranking.documents))
+        hit = self._whole.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        items = list(self.methods[name].score(ranking, resources, k).items)
+        self._whole[name] = (key, items)
+        return items
 
     # -- evidence that depends on the current context --------------------------------------------
     def contextual(self, ranking: Ranking, resources: "Resources", survivors: list[int], ctx: list[int], k: int,

@@ -103,3 +103,24 @@ def test_fusion_defines_no_score_of_its_own_methods():
                      "pairwise_rouge("):
         assert internal not in src, internal
     assert set(fusion.EVIDENCE) == set(EVIDENCE)
+
+
+def test_whole_ranking_evidence_is_scored_once_per_ranking(setup):
+    """Refill rounds ask for the documents that entered the context; a whole-ranking method
+    (promotion, RAGDefender) answers them from its one score of that ranking."""
+    res, ranking, snap, *_ = setup
+    from sieve.defenses.fusion_evidence import EvidenceSources
+
+    src = EvidenceSources(("promotion",))
+    method = src.methods["promotion"]
+    calls = []
+    score = method.score
+    method.score = lambda r, resources, k: calls.append(k) or score(r, resources, k)   # type: ignore[method-assign]
+    first = src.static(ranking, res, [0, 1])
+    later = src.static(ranking, res, [2, 3])
+    assert calls == [None]
+    own = score(ranking, res, None).items
+    assert [first[0]["promotion"], later[3]["promotion"]] == [own[0].value, own[3].value]
+    other = type(ranking)(ranking.query + " again", ranking.documents, ranking.query_id, ranking.condition)
+    src.static(other, res, [0])
+    assert calls == [None, None]                       # another ranking is scored afresh
