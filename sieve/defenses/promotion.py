@@ -47,7 +47,7 @@ def promotion_scores(q: np.ndarray, X: np.ndarray, neighbourhood: int, source_co
     m = min(int(neighbourhood), len(X))
     S = X @ X[:m].T                                    # every passage against the neighbourhood
     ok = S < float(source_cosine)                      # near-paraphrases (and the passage itself) do not support
-    idx = np.arange(min(m, len(X)))
+    idx = np.arange(m)
     ok[idx, idx] = False
     counts = ok.sum(axis=1)
     support = np.where(counts > 0, (S * ok).sum(axis=1) / np.maximum(counts, 1), np.nan)
