@@ -23,6 +23,23 @@ three clicks in a second session of the same process (models loaded, answers cac
 ``--baseline DIR`` (a ``git worktree`` of an earlier commit) the same is measured for that tree in
 the same run, interleaved, and after/before ratios are printed. The load average is printed too:
 the machine may be shared.
+
+Browser timings (issue 24's newcomer flow, the Trade-offs rerun)::
+
+    sieve bench dashboard --browser [--baseline /tmp/base] [--repeats 3] [--condition pr_b]
+
+drives the dashboard in headless Debian chromium (selenium; ``/usr/bin/chromium`` and
+``/usr/bin/chromedriver``, else one line and exit code 2) as a newcomer does after ``bash
+scripts/demo.sh``: each tree's ``scripts/warm_dashboard.py`` runs once first (what demo.sh runs before
+it prints the URL), then each repeat starts a fresh ``streamlit run app.py`` with an empty ledger and a
+fresh browser profile and times, from the action to the moment the page is first seen finished (no
+script run, no spinner): the Query explorer's first visit, a second question, an attack-condition
+change (with the page's own "explorer call N ms" for each), the Attack lab opened, its dataset poisons
+loaded (the default defenses prepared and applied) and the defended answers generated, then the
+Trade-offs page on the shipped demo run and its rerun after RSQ's threshold is switched off. Each step
+checks that the page shows what the step is for (a call time, the defense steps, a verdict, moved
+metrics) and stops the bench with exit code 1 otherwise. Prints p50/max per step, the explorer calls
+against docs/design.md's budgets, and after/before ratios with ``--baseline``.
 """
 from __future__ import annotations
 
@@ -158,20 +175,199 @@ def class_mode(baseline: str | None, repeats: int) -> int:
     return 0
 
 
+# ---- Browser timings: issue 24's newcomer flow and the Trade-offs rerun ---------------------------
+#: The timed steps, in the order a repeat runs them: name → the printed row's label.
+BROWSER_STEPS = {
+    "server": "server start → healthy",
+    "explorer_first": "Query explorer, first visit (wall)",
+    "explorer_first_call": "  its explorer call (page's own)",
+    "explorer_second": "second question picked (wall)",
+    "explorer_second_call": "  its explorer call (page's own)",
+    "explorer_condition": "attack condition changed (wall)",
+    "explorer_condition_call": "  its explorer call (page's own)",
+    "lab_open": "Attack lab opened",
+    "lab_poisons": "dataset's poisons loaded, defenses applied",
+    "lab_answers": "defended answers generated",
+    "tradeoffs_open": "Trade-offs opened, rsq + condition picked",
+    "tradeoffs_rerun": "Trade-offs rerun, rsq threshold off",
+}
+#: docs/design.md "Performance budgets" (seconds): first explorer query in a fresh process ≤ 2 s, later
+#: queries well under 1 s.
+BROWSER_BUDGETS = {"explorer_first_call": 2.0, "explorer_second_call": 1.0, "explorer_condition_call": 1.0}
+VERDICT_WORDS = ("answer restored", "still poisoned", "answer lost", "attack failed", "Attack failed")
+
+
+def _call_s(text: str) -> float:
+    import re
+
+    m = re.search(r"explorer call (\d+) ms", text)
+    if m is None:
+        raise AssertionError("the Query explorer shows no call time ('explorer call N ms')")
+    return int(m.group(1)) / 1000
+
+
+def _browser_once(root: Path, tmp: Path, second_qid: str, condition: str) -> dict[str, float | str]:
+    """One newcomer's visit on a fresh server of ``root``: step name → seconds, or ``error`` (and ``step``)."""
+    import os
+
+    from sieve.dashboard import browser as B
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
+    env.update({"SIEVE_DASHBOARD_LEDGER": str(tmp / "ledger.sqlite"), "PYTHONPATH": str(root)})
+    out: dict[str, float | str] = {}
+    step = "server"
+    try:
+        t0 = time.perf_counter()
+        with B.streamlit_app(env, tmp / "streamlit.log", root) as url:
+            out["server"] = time.perf_counter() - t0
+            with B.chrome(tmp / "chrome") as d:
+                def timed(name: str, action, timeout: float = 900) -> str:
+                    nonlocal step
+                    step = name
+                    t = time.perf_counter()
+                    action()
+                    out[name] = B.wait_rendered(d, timeout, poll=0.2) - t
+                    return B.body_text(d)
+
+                body = timed("explorer_first", lambda: d.get(f"{url}/explorer"))
+                out["explorer_first_call"] = _call_s(body)
+                body = timed("explorer_second", lambda: B.select(d, "Question", f"{second_qid} —"), 300)
+                out["explorer_second_call"] = _call_s(body)
+                body = timed("explorer_condition", lambda: B.select(d, "Attack condition", condition), 300)
+                out["explorer_condition_call"] = _call_s(body)
+                timed("lab_open", lambda: d.get(f"{url}/attack-lab"))
+                body = timed("lab_poisons", lambda: B.button(d, "Load the dataset's poisons").click())
+                if "Defense steps: " not in body:
+                    raise AssertionError("the Attack lab shows no defense steps after loading the poisons")
+                body = timed("lab_answers", lambda: B.button(d, "Generate answers (clean, poisoned, defended)").click())
+                if not any(w in body for w in VERDICT_WORDS):
+                    raise AssertionError("the Attack lab shows no verdict after generating the answers")
+                out["verdicts"] = " | ".join(ln for ln in body.splitlines() if any(w in ln for w in VERDICT_WORDS[:3]))
+
+                def tradeoffs_open() -> None:
+                    d.get(f"{url}/tradeoffs")
+                    B.wait_rendered(d, 600, poll=0.2)
+                    B.select(d, "Defense", "rsq")
+                    B.wait_rendered(d, 300, poll=0.2)
+                    B.select(d, "Attack", condition)
+
+                timed("tradeoffs_open", tradeoffs_open)
+                before = _metrics(d)
+                switch = B.threshold_switch(d, "rsq")
+                timed("tradeoffs_rerun", switch.click, 300)
+                if _metrics(d) == before:
+                    raise AssertionError("switching rsq's threshold off moved no metric on Trade-offs")
+    except Exception as e:  # noqa: BLE001  (any failure of a step, of either tree, is reported, not raised)
+        out["error"], out["step"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", step
+    return out
+
+
+def _metrics(driver) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [str(m.text) for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+
+
+def _warm(root: Path) -> float | None:
+    """``root``'s scripts/warm_dashboard.py (what scripts/demo.sh runs before the URL): seconds, None if absent."""
+    import os
+    import subprocess
+
+    script = root / "scripts" / "warm_dashboard.py"
+    if not script.exists():
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
+    env["PYTHONPATH"] = str(root)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True)
+    return time.perf_counter() - t
+
+
+def browser_mode(baseline: str | None, repeats: int, condition: str) -> int:
+    import os
+    import tempfile
+
+    from sieve.dashboard import browser as B
+
+    why = B.missing()
+    roots = {"after": ROOT}
+    if baseline:
+        roots = {"before": Path(baseline).resolve(), **roots}
+    why = why or next((f"no dashboard at {r} (app.py missing): browser timings need a source checkout"
+                       for r in roots.values() if not (r / "app.py").exists()), None)
+    if why:
+        print(f"sieve bench dashboard --browser: {why}")
+        return 2
+    ds = S.load_dataset(S.DEMO_DIR)
+    second = ds.targets[1].query_id
+    for name, root in roots.items():
+        w = _warm(root)
+        print(f"{name:6s} scripts/warm_dashboard.py: " + (f"{w:.1f} s" if w is not None else "absent, skipped"),
+              flush=True)
+    runs: dict[str, list[dict[str, float | str]]] = {k: [] for k in roots}
+    loads = []
+    for i in range(repeats):
+        for name, root in roots.items():        # interleaved: both trees see the same machine load
+            loads.append(os.getloadavg()[0])
+            with tempfile.TemporaryDirectory(prefix="sieve-browserbench-") as tmp:
+                r = _browser_once(root, Path(tmp), second, condition)
+            runs[name].append(r)
+            if "error" in r:
+                print(f"{name} repeat {i + 1}: FAILED at {r['step']}: {r['error']}")
+                return 1
+            print(f"{name:6s} repeat {i + 1}: " + ", ".join(f"{k} {float(r[k]):.2f}" for k in BROWSER_STEPS)
+                  + " s", flush=True)
+    print(f"\nDashboard in headless chromium, demo data, condition {condition}, fresh server per repeat "
+          f"(n = {repeats} per tree); wall = action → page first seen finished; 1-min load average during the "
+          f"runs: {min(loads):.2f}–{max(loads):.2f} on {os.cpu_count()} CPUs")
+    print(f"verdicts (last repeat): {runs['after'][-1].get('verdicts', '')}")
+    head = "".join(f" {n + ' p50':>11s} {n + ' max':>11s}" for n in runs)
+    print(f"{'step (s)':44s}{head}   ratio")
+    for k, label in BROWSER_STEPS.items():
+        cells, p50 = "", {}
+        for name, rs in runs.items():
+            xs = [float(r[k]) for r in rs]
+            p50[name] = pct(xs, 50)
+            cells += f" {p50[name]:11.2f} {max(xs):11.2f}"
+        if "before" in p50:
+            ratio = f"after/before {p50['after'] / p50['before']:.2f}x" if p50["before"] > 0 else "after/before n/a"
+        elif k in BROWSER_BUDGETS:
+            ratio = f"p50/budget {p50['after'] / BROWSER_BUDGETS[k]:.2f} (budget {BROWSER_BUDGETS[k]:g} s)"
+        else:
+            ratio = ""
+        print(f"{label:44s}{cells}   {ratio}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--class-mode", action="store_true", help="time the Attack lab's class mode (see above)")
+    mode.add_argument("--browser", action="store_true",
+                      help="time the newcomer flow and the Trade-offs rerun in headless chromium (see above)")
+    ap.add_argument("--baseline", default=None,
+                    help="with --class-mode or --browser: a worktree of the commit to compare with")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="with --class-mode or --browser: fresh processes (servers) per tree")
+    ap.add_argument("--queries", type=int, default=20)
+    ap.add_argument("--condition", default=None, help="default: the first attack family, else clean "
+                                                      "(with --browser: pr_b)")
+    ap.add_argument("--dataset", default=str(S.DEMO_DIR))
+    ap.add_argument("--tiny", action="store_true", help="tiny in-process models (plumbing check only)")
+    return ap
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--class-mode-child":
         return _class_mode_child(sys.argv[2])
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--class-mode", action="store_true", help="time the Attack lab's class mode (see above)")
-    ap.add_argument("--baseline", default=None, help="with --class-mode: a worktree of the commit to compare with")
-    ap.add_argument("--repeats", type=int, default=3, help="with --class-mode: fresh processes per tree")
-    ap.add_argument("--queries", type=int, default=20)
-    ap.add_argument("--condition", default=None, help="default: the first attack family, else clean")
-    ap.add_argument("--dataset", default=str(S.DEMO_DIR))
-    ap.add_argument("--tiny", action="store_true", help="tiny in-process models (plumbing check only)")
+    ap = parser()
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     if args.class_mode:
         return class_mode(args.baseline, args.repeats)
+    if args.browser:
+        return browser_mode(args.baseline, args.repeats, args.condition or "pr_b")
 
     t0 = time.perf_counter()
     ds = S.load_dataset(args.dataset)

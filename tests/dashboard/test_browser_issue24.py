@@ -4,10 +4,15 @@
   kept showing the label it was first drawn with: "· open ·" above "state confirmed"), the reason box
   is empty for the next decision, and Export CSV does not clear the message above it
   → test-artifacts/screenshots/alerts-after-confirm.png.
+* The newcomer's flow on the demo with the real models (explorer, a second question, a condition
+  change, the lab's defaults and verdicts) and the Trade-offs threshold switch on the shipped run.
+
+How long these take is measured by `sieve bench dashboard --browser`, not here.
 """
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -23,6 +28,7 @@ from _browser import (
     select,
     selectbox_text,
     streamlit_app,
+    threshold_switch,
     type_into,
     wait_rendered,
 )
@@ -62,76 +68,90 @@ def test_alerts_label_reason_box_and_export_in_browser(tiny_server):
     full_shot(driver, "alerts-after-confirm")
 
 
-# ---- real models on the demo: the newcomer's timings (issue 24 "Must show") ------------------------
-def _timed(driver, action, timeout: float = 900) -> float:
-    t0 = time.perf_counter()
-    action()
-    time.sleep(0.3)
-    wait_rendered(driver, timeout=timeout)
-    return time.perf_counter() - t0 - 3.0   # _wait_rendered waits 3 s of quiet after the run ends
+# ---- real models on the demo: the newcomer's flow (issue 24 "Must show") ---------------------------
+def _explorer_call(body: str) -> re.Match[str]:
+    m = re.search(r"explorer call (\d+) ms", body)
+    assert m, "the explorer shows its call time under the ranking"
+    return m
+
+
+def _top20_poisons(body: str) -> int:
+    m = re.search(r"Top-20 holds (\d+) poison\(s\)", body)
+    assert m, "the explorer says how many poisons the top 20 holds"
+    return int(m.group(1))
 
 
 @pytest.mark.realmodel
-def test_newcomer_timings_on_the_demo(tmp_path):
-    """A fresh server on the demo after ``scripts/warm_dashboard.py`` (what ``scripts/demo.sh`` runs
-    before the URL): the explorer as the first visit, a second question, a condition change, the lab's
-    dataset poisons with its default defenses and its answers. Timings are written to
-    test-artifacts/timings-issue24.json; the explorer's defaults include fusion."""
-    import json
-    import re
-    import subprocess
-    import sys
-
+def test_newcomer_flow_on_the_demo(tmp_path):
+    """A fresh server on the demo, clicked as a newcomer does: the explorer's first visit answers the first
+    target question on the clean corpus (its gold answer shown, no poison in the top 20, a call time, fusion
+    among the defaults), a second question shows that question's answer, pr_b brings poisons into its top
+    20, and the lab's dataset poisons get each default defense prepared and a verdict line per defended
+    answer. How long each step takes is `sieve bench dashboard --browser`'s job."""
     from _dashdata import ROOT
+    from sieve.corpus import load_dataset
+    from sieve.dashboard.session import DEFAULT_DEFENSES
 
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.skip("chromium/chromedriver not installed")
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "warm_dashboard.py")], check=True, cwd=ROOT)
-    timings: dict[str, float] = {"warm_caches_s": time.perf_counter() - t0}
+    first, second = load_dataset(ROOT / "demo_data").targets[:2]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
     with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
-        timings["first_explorer_visit_s"] = _timed(driver, lambda: driver.get(f"{url}/explorer"))
+        driver.get(f"{url}/explorer")
+        wait_rendered(driver, timeout=900)
         body = body_text(driver)
-        m = re.search(r"explorer call (\d+) ms", body)
-        timings["first_explorer_call_ms"] = float(m.group(1)) if m else -1
-        assert "fusion" in body
+        _explorer_call(body)
+        assert selectbox_text(driver, "Question").startswith(first.query_id)
+        assert f"Correct answer: {', '.join(first.correct_answers)}" in body
+        assert _top20_poisons(body) == 0, "the first visit is on the clean corpus"
+        assert "fusion" in body, "the explorer's defaults include fusion"
         full_shot(driver, "explorer-first-query-fusion")
         driver.set_window_size(1500, 2200)
-        from sieve.corpus import load_dataset
 
-        second = load_dataset(ROOT / "demo_data").targets[1].query_id
-        timings["second_query_s"] = _timed(driver, lambda: select(driver, "Question", f"{second} —"), 300)
-        m = re.search(r"explorer call (\d+) ms", body_text(driver))
-        timings["second_query_call_ms"] = float(m.group(1)) if m else -1
-        timings["condition_change_s"] = _timed(driver, lambda: select(driver, "Attack condition", "pr_b"), 300)
-        m = re.search(r"explorer call (\d+) ms", body_text(driver))
-        timings["condition_change_call_ms"] = float(m.group(1)) if m else -1
-        timings["lab_open_s"] = _timed(driver, lambda: driver.get(f"{url}/attack-lab"))
-        timings["lab_defended_s"] = _timed(driver, lambda: button(driver, "Load the dataset's poisons").click())
+        select(driver, "Question", f"{second.query_id} —")
+        wait_rendered(driver, timeout=300)
         body = body_text(driver)
-        m = re.search(r"Defense steps: (.*)", body)
-        timings["lab_steps"] = m.group(1) if m else ""  # type: ignore[assignment]
-        timings["lab_answers_s"] = _timed(driver, lambda: button(
-            driver, "Generate answers (clean, poisoned, defended)").click())
+        _explorer_call(body)
+        assert f"Correct answer: {', '.join(second.correct_answers)}" in body
+        assert f"Correct answer: {', '.join(first.correct_answers)}" not in body
+
+        select(driver, "Attack condition", "pr_b")
+        wait_rendered(driver, timeout=300)
+        body = body_text(driver)
+        _explorer_call(body)
+        assert _top20_poisons(body) > 0, "pr_b's poisons for this target rank in its top 20"
+
+        driver.get(f"{url}/attack-lab")
+        wait_rendered(driver, timeout=900)
+        button(driver, "Load the dataset's poisons").click()
+        wait_rendered(driver, timeout=900)
+        steps = re.search(r"Defense steps: (.*)", body_text(driver))
+        assert steps, "the lab lists the defense steps it ran"
+        assert [n for n in DEFAULT_DEFENSES if f"{n} prepared in " not in steps.group(1)] == [], steps.group(1)
+        button(driver, "Generate answers (clean, poisoned, defended)").click()
+        wait_rendered(driver, timeout=900)
         full_shot(driver, "attack-lab-defaults-verdicts")
         body = body_text(driver)
-        assert any(w in body for w in ("answer restored", "still poisoned", "answer lost", "attack failed"))
-    (ROOT / "test-artifacts").mkdir(exist_ok=True)
-    (ROOT / "test-artifacts" / "timings-issue24.json").write_text(json.dumps(timings, indent=1) + "\n")
-    print(timings)
+        verdict = r"(answer restored|still poisoned|answer lost|attack failed)"
+        missing = [n for n in DEFAULT_DEFENSES if not re.search(rf"poisoned \+ {n}: {verdict}", body)]
+        assert missing == [], f"no verdict line for {missing}"
 
 
 # ---- Trade-offs on the shipped demo run (no model is loaded by this page) --------------------------
-def test_tradeoffs_small_n_no_delta_and_fast_rerun_in_browser(tmp_path):
-    """Switching RSQ's threshold off on the n = 6 demo run: every metric names its n, the ASR card shows no
-    delta from the handful of answered queries (the page says so), the rerun takes seconds, and the
-    reset button restores the recorded threshold → test-artifacts/screenshots/tradeoffs-small-n.png."""
+def test_tradeoffs_small_n_no_delta_and_threshold_rerun_in_browser(tmp_path):
+    """Switching RSQ's threshold off on the n = 6 demo run: every metric names its n, the switch moves RSQ's
+    metrics, the ASR card shows no delta from the handful of answered queries (the page says so), and the
+    reset button restores the recorded values → test-artifacts/screenshots/tradeoffs-small-n.png. (The
+    rerun's time: `sieve bench dashboard --browser`.)"""
     from selenium.webdriver.common.by import By
 
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.skip("chromium/chromedriver not installed")
+
+    def metrics() -> list[str]:
+        return [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
     with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
@@ -143,37 +163,20 @@ def test_tradeoffs_small_n_no_delta_and_fast_rerun_in_browser(tmp_path):
         wait_rendered(driver, timeout=300)
         labels = [e.text for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricLabel"]')]
         assert labels and all(" · n = " in t for t in labels), labels
-        exp = next(e for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stExpander"]')
-                   if "rsq" in e.find_element(By.TAG_NAME, "summary").text.split()
-                   and "rsg_rsq" not in e.find_element(By.TAG_NAME, "summary").text)
-        if exp.find_element(By.TAG_NAME, "details").get_attribute("open") is None:
-            driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", exp)
-            exp.find_element(By.TAG_NAME, "summary").click()
-        deadline = time.time() + 20
-        while not exp.find_elements(By.CSS_SELECTOR, '[data-testid="stCheckbox"] label') and time.time() < deadline:
-            time.sleep(0.5)
-        switch = exp.find_elements(By.CSS_SELECTOR, '[data-testid="stCheckbox"] label')[-1]   # "rsq threshold on"
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", switch)
-        time.sleep(0.5)
-        t0 = time.perf_counter()
-        switch.click()   # off = this threshold removes nothing: every RSQ metric moves
-        time.sleep(0.3)
+        recorded = metrics()
+        assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricDelta"]'), "recorded values: no delta"
+        threshold_switch(driver, "rsq").click()   # off = this threshold removes nothing: every RSQ metric moves
         wait_rendered(driver, timeout=300)
-        rerun_s = time.perf_counter() - t0 - 3.0
-        body = body_text(driver)
-        import re
-
+        moved = metrics()
+        assert len(moved) == len(recorded) and moved != recorded, "switching the threshold off moves the metrics"
         for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'):
             n = int(re.search(r"n = (\d+)", m.text).group(1))
             if m.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricDelta"]'):
                 assert n >= 5, f"a delta from n = {n}: {m.text!r}"
-        assert "`" not in body, "no literal markdown"
+        assert "`" not in body_text(driver), "no literal markdown"
         full_shot(driver, "tradeoffs-small-n")
         driver.set_window_size(1500, 2200)
         button(driver, "Reset to the run's thresholds").click()
         wait_rendered(driver, timeout=300)
         assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricDelta"]'), "reset: recorded values"
-        print({"tradeoffs_rerun_after_threshold_change_s": round(rerun_s, 1)})
-        (Path(__file__).resolve().parents[2] / "test-artifacts").mkdir(exist_ok=True)
-        (Path(__file__).resolve().parents[2] / "test-artifacts" / "timings-tradeoffs.json").write_text(
-            '{"tradeoffs_rerun_after_threshold_change_s": %.1f}\n' % rerun_s)
+        assert metrics() == recorded, "reset restores the recorded values"
