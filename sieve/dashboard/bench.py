@@ -236,10 +236,10 @@ def _browser_once(root: Path, tmp: Path, second_qid: str, condition: str) -> dic
                 body = timed("explorer_condition", lambda: B.select(d, "Attack condition", condition), 300)
                 out["explorer_condition_call"] = _call_s(body)
                 timed("lab_open", lambda: d.get(f"{url}/attack-lab"))
-                body = timed("lab_poisons", lambda: B.button(d, "Load the dataset's poisons").click())
+                body = timed("lab_poisons", lambda: B.find_button(d, "Load the dataset's poisons").click())
                 if "Defense steps: " not in body:
                     raise AssertionError("the Attack lab shows no defense steps after loading the poisons")
-                body = timed("lab_answers", lambda: B.button(d, "Generate answers (clean, poisoned, defended)").click())
+                body = timed("lab_answers", lambda: B.find_button(d, "Generate answers (clean, poisoned, defended)").click())
                 if not any(w in body for w in VERDICT_WORDS):
                     raise AssertionError("the Attack lab shows no verdict after generating the answers")
                 out["verdicts"] = " | ".join(ln for ln in body.splitlines() if any(w in ln for w in VERDICT_WORDS[:3]))

@@ -139,14 +139,17 @@ def select(driver: Any, label: str, option_text: str) -> None:
     raise AssertionError(f"no option {option_text!r} in {label!r}")
 
 
-def button(driver: Any, text: str) -> Any:
-    """The button whose text is ``text``."""
+def find_button(driver: Any, text: str) -> Any:
+    """The button whose text is ``text`` (also named :func:`button`, as the tests call it)."""
     from selenium.webdriver.common.by import By
 
     found = [b for b in driver.find_elements(By.TAG_NAME, "button") if b.text.strip() == text]
     if not found:
         raise AssertionError(f"no button {text!r} on the page")
     return found[0]
+
+
+button = find_button
 
 
 def body_text(driver: Any) -> str:
