@@ -198,12 +198,12 @@ VERDICT_WORDS = ("answer restored", "still poisoned", "answer lost", "attack fai
 
 
 def _call_s(text: str) -> float:
-    import re
+    from sieve.dashboard.browser import explorer_call_ms
 
-    m = re.search(r"explorer call (\d+) ms", text)
-    if m is None:
+    ms = explorer_call_ms(text)
+    if ms is None:
         raise AssertionError("the Query explorer shows no call time ('explorer call N ms')")
-    return int(m.group(1)) / 1000
+    return ms / 1000
 
 
 def _browser_once(root: Path, tmp: Path, second_qid: str, condition: str) -> dict[str, float | str]:
@@ -252,20 +252,14 @@ def _browser_once(root: Path, tmp: Path, second_qid: str, condition: str) -> dic
                     B.select(d, "Attack", condition)
 
                 timed("tradeoffs_open", tradeoffs_open)
-                before = _metrics(d)
+                before = B.metric_texts(d)
                 switch = B.threshold_switch(d, "rsq")
                 timed("tradeoffs_rerun", switch.click, 300)
-                if _metrics(d) == before:
+                if B.metric_texts(d) == before:
                     raise AssertionError("switching rsq's threshold off moved no metric on Trade-offs")
     except Exception as e:  # noqa: BLE001  (any failure of a step, of either tree, is reported, not raised)
         out["error"], out["step"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", step
     return out
-
-
-def _metrics(driver) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [str(m.text) for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
 
 
 def _warm(root: Path) -> float | None:

@@ -8,6 +8,7 @@ selenium is imported inside the functions: it is a test/bench tool, not a depend
 from __future__ import annotations
 
 import importlib.util
+import re
 import socket
 import subprocess
 import sys
@@ -140,7 +141,7 @@ def select(driver: Any, label: str, option_text: str) -> None:
 
 
 def find_button(driver: Any, text: str) -> Any:
-    """The button whose text is ``text`` (also named :func:`button`, as the tests call it)."""
+    """The button whose text is ``text``."""
     from selenium.webdriver.common.by import By
 
     found = [b for b in driver.find_elements(By.TAG_NAME, "button") if b.text.strip() == text]
@@ -149,13 +150,24 @@ def find_button(driver: Any, text: str) -> Any:
     return found[0]
 
 
-button = find_button
-
 
 def body_text(driver: Any) -> str:
     from selenium.webdriver.common.by import By
 
     return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def metric_texts(driver: Any) -> list[str]:
+    """The text of every metric card on the page, in page order."""
+    from selenium.webdriver.common.by import By
+
+    return [str(m.text) for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+
+
+def explorer_call_ms(text: str) -> int | None:
+    """The Query explorer's own timing of its last call ("explorer call N ms") in a page's text; None if absent."""
+    m = re.search(r"explorer call (\d+) ms", text)
+    return int(m.group(1)) if m else None
 
 
 def threshold_switch(driver: Any, spec: str, timeout: float = 20) -> Any:

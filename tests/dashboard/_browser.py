@@ -15,12 +15,14 @@ from sieve.dashboard.browser import (  # noqa: F401  (re-exported for the tests)
     CHROMEDRIVER,
     CHROMIUM,
     body_text,
-    button,
     chrome,
+    explorer_call_ms,
+    metric_texts,
     select,
     threshold_switch,
     wait_rendered,
 )
+from sieve.dashboard.browser import find_button as button  # noqa: F401  (the tests' name for it)
 
 
 def streamlit_app(env: dict[str, str], log_path: Path) -> AbstractContextManager[str]:

@@ -24,7 +24,9 @@ from _browser import (
     body_text,
     button,
     chrome,
+    explorer_call_ms,
     full_shot,
+    metric_texts,
     select,
     selectbox_text,
     streamlit_app,
@@ -69,10 +71,10 @@ def test_alerts_label_reason_box_and_export_in_browser(tiny_server):
 
 
 # ---- real models on the demo: the newcomer's flow (issue 24 "Must show") ---------------------------
-def _explorer_call(body: str) -> re.Match[str]:
-    m = re.search(r"explorer call (\d+) ms", body)
-    assert m, "the explorer shows its call time under the ranking"
-    return m
+def _explorer_call(body: str) -> int:
+    ms = explorer_call_ms(body)
+    assert ms is not None, "the explorer shows its call time under the ranking"
+    return ms
 
 
 def _top20_poisons(body: str) -> int:
@@ -149,9 +151,6 @@ def test_tradeoffs_small_n_no_delta_and_threshold_rerun_in_browser(tmp_path):
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.skip("chromium/chromedriver not installed")
 
-    def metrics() -> list[str]:
-        return [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_DASHBOARD_")}
     env["SIEVE_DASHBOARD_LEDGER"] = str(tmp_path / "ledger.sqlite")
     with streamlit_app(env, tmp_path / "streamlit.log") as url, chrome(tmp_path / "chrome") as driver:
@@ -163,11 +162,11 @@ def test_tradeoffs_small_n_no_delta_and_threshold_rerun_in_browser(tmp_path):
         wait_rendered(driver, timeout=300)
         labels = [e.text for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricLabel"]')]
         assert labels and all(" · n = " in t for t in labels), labels
-        recorded = metrics()
+        recorded = metric_texts(driver)
         assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricDelta"]'), "recorded values: no delta"
         threshold_switch(driver, "rsq").click()   # off = this threshold removes nothing: every RSQ metric moves
         wait_rendered(driver, timeout=300)
-        moved = metrics()
+        moved = metric_texts(driver)
         assert len(moved) == len(recorded) and moved != recorded, "switching the threshold off moves the metrics"
         for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'):
             n = int(re.search(r"n = (\d+)", m.text).group(1))
@@ -179,4 +178,4 @@ def test_tradeoffs_small_n_no_delta_and_threshold_rerun_in_browser(tmp_path):
         button(driver, "Reset to the run's thresholds").click()
         wait_rendered(driver, timeout=300)
         assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricDelta"]'), "reset: recorded values"
-        assert metrics() == recorded, "reset restores the recorded values"
+        assert metric_texts(driver) == recorded, "reset restores the recorded values"
