@@ -39,12 +39,20 @@ from sieve.evaluation.choice import format_generation, format_suite, held_out_ta
 from sieve.evaluation.suite import DATASETS, UNTARGETED, build_suite
 from sieve.evaluation.summary import _negatives, summary_row
 from sieve.evaluation.truth import relevant_ids
-from sieve.experiment import prepare_defense
+from sieve.experiment import build_defense, prepare_defense
 from sieve.experiment.workspace import make_resources, open_experiment
 
 SHARED = ROOT.parent / "shared" / "data"
 COMPONENTS = ("none", "tris_l2", "rsq", "rsg", "perplexity", "trustrag", "rsg_rsq", "answer_consistency",
               "ragdefender", "context_conflict", "promotion", "query_similarity")
+#: Component rows under another configuration than the registered default (``--defenses`` takes these
+#: labels too): RSQ ships the paper's fixed η_Q = 1.0, so ``prepare_defense`` sees it as calibrated and
+#: its ``rsq`` row is the paper's rule, not the clean budget; ``rsq[calibrated]`` learns η_Q on the
+#: calibration half like every budgeted component (docs/results/suite.md, fifth session).
+COMPONENT_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "rsq[calibrated]": ("rsq", {"eta_q": None}),
+    "rsq_rescore[calibrated]": ("rsq_rescore", {"eta_q": None}),
+}
 #: The shipped default until the second suite session (docs/results/suite.md): every configuration
 #: below is written out against it, so that a change of the default never changes what a name means.
 V2: dict[str, Any] = {"ties": "conservative", "refill_factor": 3.0, "pairwise_scope": "seen",
@@ -150,11 +158,13 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
     print(f"{name}: ranked {sum(len(v) for v in items.values()) + len(calib)} queries in {time.perf_counter() - t0:.0f} s",
           flush=True)
     rows = []
-    runs = [(s, s, None) for s in specs] + [(f"fusion[{c}]", "fusion", FUSION_CONFIGS[c]) for c in fusion_configs]
+    runs = ([(s, *COMPONENT_VARIANTS.get(s, (s, None))) for s in specs]
+            + [(f"fusion[{c}]", "fusion", FUSION_CONFIGS[c]) for c in fusion_configs])
     for label, spec, params in runs:
         t1 = time.perf_counter()
+        learned: dict[str, Any] = {}
         try:
-            d = prepare_defense(exp, _defense(spec, params), clean_rankings=calib)
+            d = prepare_defense(exp, _defense(spec, params), clean_rankings=calib, learned=learned)
         except Exception as e:  # noqa: BLE001 - a defense that cannot run here is reported, not fatal
             print(f"{name}: {label} not prepared: {type(e).__name__}: {e}", flush=True)
             continue
@@ -177,6 +187,8 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
             row.update(dataset=name, untargeted=cond in UNTARGETED, clean_truth_kept=clean_row.get("truth_kept"),
                        clean_removal_on_clean=clean_row.get("clean_removal_rate"),
                        clean_scored_on_clean=clean_row.get("n_scored_clean"))
+            if learned and spec != "fusion":   # what calibration set (fusion's threshold is recorded below)
+                row.update(learned={k: v for k, v in learned.items() if isinstance(v, (int, float, str))})
             if hasattr(d, "document_threshold_"):   # fusion: how far the procedure bisection raised it
                 row.update(threshold=getattr(d, "threshold", None), document_threshold=d.document_threshold_,
                            calibration_removal=list(getattr(d, "calibration_removal_", ())))
@@ -186,10 +198,9 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
 
 
 def _defense(spec: str, params: dict[str, Any] | None) -> Any:
-    """What :func:`prepare_defense` is handed for one run: a registered name, or a fusion configuration."""
-    from sieve.defenses.fusion import Fusion
-
-    return Fusion(**params) if params is not None else spec
+    """What :func:`prepare_defense` is handed for one run: a registered name, built with ``params``
+    when given (a fusion configuration, a component variant)."""
+    return spec if params is None else build_defense(spec, params)
 
 
 def _records(d: Any, its: list[Any], cond: str, label: str, res: Any, k_ctx: int, generator: Any,
@@ -219,7 +230,9 @@ def _cross_fitted(exp: Any, label: str, params: dict[str, Any] | None, spec: str
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--defenses", default=",".join(COMPONENTS))
+    ap.add_argument("--defenses", default=",".join(COMPONENTS),
+                    help="component rows: registered names, or a variant of COMPONENT_VARIANTS ("
+                         + ", ".join(COMPONENT_VARIANTS) + ")")
     ap.add_argument("--fusion-configs", default=",".join(FUSION_CONFIGS))
     ap.add_argument("--limit", type=int, default=None, help="first N targets of every family")
     ap.add_argument("--work", type=Path, default=Path("/tmp/sieve-suite"), help="where the datasets are built")
@@ -240,6 +253,9 @@ def main() -> None:
     bad = [c for c in configs if c not in FUSION_CONFIGS]
     if bad:
         sys.exit(f"error: unknown fusion configuration(s) {', '.join(bad)}; known: {', '.join(FUSION_CONFIGS)}")
+    unknown = [s for s in args.defenses.split(",") if s and "[" in s and s not in COMPONENT_VARIANTS]
+    if unknown:
+        sys.exit(f"error: unknown component variant(s) {', '.join(unknown)}; known: {', '.join(COMPONENT_VARIANTS)}")
     cfg = SieveConfig.load(None)
     cfg.llm.enabled = False   # no LLM: TRIS L3 and TrustRAG's consolidation are skipped, as with `sieve eval --no-llm`
     res = make_resources(cfg, load_dataset(DEMO_DATA))

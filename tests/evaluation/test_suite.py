@@ -200,3 +200,29 @@ def test_cross_fitted_clean_row_covers_every_clean_question(tmp_path, eval_resou
     assert {r["defense"]: r for r in plain if r["attack"] == "clean"}["perplexity"]["queries"] == len(held)
     attacked = [(r["defense"], r["poison_in_context_rate"]) for r in plain if r["attack"] == "pr_b"]
     assert attacked == [(r["defense"], r["poison_in_context_rate"]) for r in crossed if r["attack"] == "pr_b"]
+
+
+def test_calibrated_rsq_variant_learns_its_threshold_beside_the_paper_rule(tmp_path, eval_resources):
+    """``--defenses rsq,rsq[calibrated]``: the paper row keeps η_Q = 1.0 (nothing learned), the variant
+    learns η_Q on the calibration half and its row says which value."""
+    from evaldata import write_dataset
+    from sieve.bench.suite_bench import COMPONENT_VARIANTS, run_dataset
+
+    path = write_dataset(tmp_path / "tinyds")
+    rows = run_dataset("tiny", path, eval_resources.config, ["rsq", "rsq[calibrated]"], [], None,
+                       resources=eval_resources)
+    clean = {r["defense"]: r for r in rows if r["attack"] == "clean"}
+    assert set(clean) == {"rsq", "rsq[calibrated]"}
+    assert "learned" not in clean["rsq"]
+    eta = clean["rsq[calibrated]"]["learned"]["eta_q"]
+    assert isinstance(eta, float) and eta != 1.0
+    assert COMPONENT_VARIANTS["rsq[calibrated]"] == ("rsq", {"eta_q": None})
+
+
+def test_suite_refuses_an_unknown_component_variant(monkeypatch):
+    from sieve.bench import suite_bench
+
+    monkeypatch.setattr("sys.argv", ["suite", "--defenses", "none,rsq[typo]", "--fusion-configs", ""])
+    with pytest.raises(SystemExit) as e:
+        suite_bench.main()
+    assert "unknown component variant(s) rsq[typo]" in str(e.value) and "rsq[calibrated]" in str(e.value)
