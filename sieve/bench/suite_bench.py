@@ -187,11 +187,11 @@ def run_dataset(name: str, path: Path, cfg: Any, specs: list[str], fusion_config
             row.update(dataset=name, untargeted=cond in UNTARGETED, clean_truth_kept=clean_row.get("truth_kept"),
                        clean_removal_on_clean=clean_row.get("clean_removal_rate"),
                        clean_scored_on_clean=clean_row.get("n_scored_clean"))
-            if learned and spec != "fusion":   # what calibration set (fusion's threshold is recorded below)
-                row.update(learned={k: v for k, v in learned.items() if isinstance(v, (int, float, str))})
             if hasattr(d, "document_threshold_"):   # fusion: how far the procedure bisection raised it
                 row.update(threshold=getattr(d, "threshold", None), document_threshold=d.document_threshold_,
                            calibration_removal=list(getattr(d, "calibration_removal_", ())))
+            elif learned:                           # any other component: what calibration set
+                row.update(learned=dict(learned))
             rows.append(row)
         print(f"{name}: {label} in {time.perf_counter() - t1:.0f} s", flush=True)
     return rows
@@ -253,7 +253,8 @@ def main() -> None:
     bad = [c for c in configs if c not in FUSION_CONFIGS]
     if bad:
         sys.exit(f"error: unknown fusion configuration(s) {', '.join(bad)}; known: {', '.join(FUSION_CONFIGS)}")
-    unknown = [s for s in args.defenses.split(",") if s and "[" in s and s not in COMPONENT_VARIANTS]
+    components = [s for s in args.defenses.split(",") if s]
+    unknown = [s for s in components if "[" in s and s not in COMPONENT_VARIANTS]
     if unknown:
         sys.exit(f"error: unknown component variant(s) {', '.join(unknown)}; known: {', '.join(COMPONENT_VARIANTS)}")
     cfg = SieveConfig.load(None)
@@ -278,10 +279,9 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for name in names:
         if name in built:
-            rows += run_dataset(name, built[name], cfg, [s for s in args.defenses.split(",") if s], configs, args.limit,
+            rows += run_dataset(name, built[name], cfg, components, configs, args.limit,
                                 resources=res, generator=generator, generate_conditions=gen_conds,
                                 cross_fit_clean=args.cross_fit_clean)
-    components = [s for s in args.defenses.split(",") if s]
     table, gen = format_suite(rows), format_generation(rows)
     held = held_out_tables(rows, configs) if configs else ""
     regret = no_regret(rows, components, f"fusion[{configs[0]}]") if configs else ""
