@@ -136,13 +136,14 @@ def main() -> None:
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if a.latency_only:
-        a.no_ablation, a.splits, a.limit, a.families = True, 0, 0, "pr_b"
+        a.no_ablation, a.splits, a.limit = True, 0, 0
 
     ds = load_dataset(Path(a.dataset))
     exp = open_experiment(ds, SieveConfig.load(None), depth=50, progress=False)
     clean = exp.clean_rankings()
     calib, test_clean = clean[:a.calib], clean[a.calib:a.calib + a.clean_test]
-    families = a.families.split(",") if a.families else ds.attack_families()
+    # no targets scored (--limit 0, --latency-only): no family columns, rather than rates of 0/0
+    families = [] if a.limit <= 0 else (a.families.split(",") if a.families else ds.attack_families())
     full = tuple(a.evidence.split(","))
     configs: dict[str, dict[str, Any]] = {"default": {"evidence": full}}
     if not a.no_ablation:
@@ -216,7 +217,7 @@ def main() -> None:
               + f"   [{time.perf_counter() - t:.0f} s]", flush=True)
     assert full_defense is not None   # configs always holds "default"
 
-    lines = ["| configuration | clean removal (held-out) | " + " | ".join(families) + " |",
+    lines = ["| " + " | ".join(["configuration", "clean removal (held-out)", *families]) + " |",
              "|---|---|" + "---|" * len(families)]
     for name in configs:
         c = cleans[name]
@@ -226,10 +227,10 @@ def main() -> None:
             r = results[name][f]
             flo, fhi = r.interval()
             cells.append(f"{r.rate:.2f} [{flo:.2f}, {fhi:.2f}]")
-        lines.append(f"| {name} | {c.rate:.3f} [{lo:.3f}, {hi:.3f}] (n={c.n}) | " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join([name, f"{c.rate:.3f} [{lo:.3f}, {hi:.3f}] (n={c.n})", *cells]) + " |")
     ablation = "\n".join(lines)
     rows = lofo_table(results, cleans)
-    lofo = format_lofo(rows)
+    lofo = format_lofo(rows) if families else "no attack targets scored (--limit 0 or --latency-only)"
     lat_rankings = test_clean[:a.latency_queries] or calib[:a.latency_queries]
     if a.latency_condition != "clean":
         if "rsg" in full_defense.evidence:
