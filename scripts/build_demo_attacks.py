@@ -36,7 +36,6 @@ from sieve.attacks import ATTACKS, load_targets, merge_attacks  # noqa: E402
 from sieve.config import SieveConfig  # noqa: E402
 from sieve.resources import Resources  # noqa: E402
 
-
 #: Poisons per query in the shipped demo records (families not listed: 5).
 SHIPPED_VOLUME = {"single_trigger": 1, "single_fluent": 1, "near_duplicate": 1}
 
