@@ -143,7 +143,7 @@ def main() -> None:
     clean = exp.clean_rankings()
     calib, test_clean = clean[:a.calib], clean[a.calib:a.calib + a.clean_test]
     # no targets scored (--limit 0, --latency-only): no family columns, rather than rates of 0/0
-    families = [] if a.limit <= 0 else (a.families.split(",") if a.families else ds.attack_families())
+    families = [] if a.limit == 0 else (a.families.split(",") if a.families else ds.attack_families())
     full = tuple(a.evidence.split(","))
     configs: dict[str, dict[str, Any]] = {"default": {"evidence": full}}
     if not a.no_ablation:
