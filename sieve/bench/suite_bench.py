@@ -52,6 +52,8 @@ COMPONENTS = ("none", "tris_l2", "rsq", "rsg", "perplexity", "trustrag", "rsg_rs
 COMPONENT_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "rsq[calibrated]": ("rsq", {"eta_q": None}),
     "rsq_rescore[calibrated]": ("rsq_rescore", {"eta_q": None}),
+    "context_conflict[min]": ("context_conflict", {"rival_weight": "min"}),
+    "context_conflict[answering]": ("context_conflict", {"rival_weight": "answering"}),
 }
 #: The shipped default until the second suite session (docs/results/suite.md): every configuration
 #: below is written out against it, so that a change of the default never changes what a name means.
@@ -95,6 +97,13 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     # the combination): each evidence also decides alone within a larger share of the budget
     "d3+c1": {**D3, "component_budget": 0.01},
     "d3+c2": {**D3, "component_budget": 0.02},
+    # seventh session (after the msmarco-gold pr_b diagnosis: the gold passage removed in a refill
+    # round, RSG's density among the drivers of 8 of 13 — its density is that of its poisons)
+    "d3+survivor-density": {**D3, "density_scope": "survivors"},
+    # (after the same diagnosis: 5 of those 12–13 gold passages "conflict" with an off-topic passage
+    # of the refilled context whose generic phrase many pages state)
+    "d3+conflict-min": {**D3, "conflict_weight": "min"},
+    "d3+conflict-answering": {**D3, "conflict_weight": "answering"},
 }
 
 

@@ -14,8 +14,13 @@ passage is the odd one out. Conflict counts **sources** instead:
    vectors ≥ ``source_cosine``): one author writing five variants is one source. S(a) = the number
    of sources;
 4. a passage conflicts with another context passage when neither states the other's answer; its
-   score is w · max(0, max over conflicting passages j of ln(1 + S(a_j)) − ln(1 + S(a_i))), w the
-   share of the question's words in its answer sentence. No conflicting passage, or a tie: 0.
+   score is max over conflicting passages j of w_ij · max(0, ln(1 + S(a_j)) − ln(1 + S(a_i))), w the
+   share of the question's words in a passage's answer sentence. ``rival_weight``: ``"own"`` (the
+   default) w_ij = w_i; ``"answering"`` the same, but only a passage that answers the question
+   (w_j > 0) can be a rival; ``"min"`` w_ij = min(w_i, w_j) — a conflict is as strong as the weaker
+   claim to answer the question. With ``own``, an off-topic passage whose generic phrase ("Ohio")
+   many pages state outvotes the true passage (measured: docs/results/suite.md, seventh session).
+   No conflicting passage, or a tie: 0.
 
 A lone poison beside a true passage that two independent pages corroborate scores ln 3 − ln 2 > 0;
 five agreeing poisons (one source) against one true passage (one source) score 0 on both sides, so
@@ -41,6 +46,8 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 
+#: How a conflict is weighed (module docstring, 4).
+RIVAL_WEIGHTS = ("min", "answering", "own")
 #: (query, phrase) statement tests kept per fitted detector.
 _MEMO_SIZE = 4096
 
@@ -78,7 +85,8 @@ class ContextConflict(Defense):
 
     Parameters: ``threshold`` (removal at score ≥ threshold; ``None`` = calibrate on clean rankings),
     ``duplicate_jaccard`` (0.5), ``source_cosine`` (0.9: supporters at least this close in the
-    retriever's space are one source), ``max_supporters`` (32 per answer). Learned in ``fit``:
+    retriever's space are one source), ``max_supporters`` (32 per answer), ``rival_weight`` (``"own"``,
+    ``"answering"`` or ``"min"``: how a conflict is weighed, module docstring 4). Learned in ``fit``:
     ``index_`` (the snapshot's answer index) and ``rows_`` (id → row of the snapshot's vectors)."""
 
     name = "context_conflict"
@@ -95,17 +103,21 @@ class ContextConflict(Defense):
     duplicate_jaccard: float
     source_cosine: float
     max_supporters: int
+    rival_weight: str
 
     def __init__(self, threshold: float | None = None, duplicate_jaccard: float = 0.5, source_cosine: float = 0.9,
-                 max_supporters: int = 32) -> None:
+                 max_supporters: int = 32, rival_weight: str = "own") -> None:
         if not 0.0 < float(duplicate_jaccard) <= 1.0:
             raise ValueError(f"context_conflict: duplicate_jaccard must be in (0, 1]; got {duplicate_jaccard!r}")
         if not -1.0 <= float(source_cosine) <= 1.0:
             raise ValueError(f"context_conflict: source_cosine must be in [-1, 1]; got {source_cosine!r}")
         if int(max_supporters) < 1:
             raise ValueError(f"context_conflict: max_supporters must be >= 1; got {max_supporters!r}")
+        if rival_weight not in RIVAL_WEIGHTS:
+            raise ValueError(f"context_conflict: rival_weight must be one of {', '.join(RIVAL_WEIGHTS)}; "
+                             f"got {rival_weight!r}")
         super().__init__(threshold=threshold, duplicate_jaccard=duplicate_jaccard, source_cosine=source_cosine,
-                         max_supporters=max_supporters)
+                         max_supporters=max_supporters, rival_weight=rival_weight)
 
     def fit(self, snapshot: Any, resources: "Resources | None" = None) -> "ContextConflict":
         """Index the snapshot's passages (``ids``, ``documents``) and keep its vectors (no labels read)."""
@@ -184,17 +196,23 @@ class ContextConflict(Defense):
                                       float(self.duplicate_jaccard), float(self.source_cosine))
                 continue
             support[i] = self._support(ranking.query, answers[i], self.rows_.get(docs[i].id), exclude_ids)
+        w = {i: answers_query(ranking.query, answers[i]) for i in range(k)}
+        own = self.rival_weight != "min"
+        answering = self.rival_weight == "answering"
         out: dict[int, dict[str, Any]] = {}
         for i in range(k):
             rivals = [j for j in range(k) if j != i and answers[i].tokens and answers[j].tokens
-                      and not states(answers[i], words[j]) and not states(answers[j], words[i])]
-            w = answers_query(ranking.query, answers[i])
-            best = max(rivals, key=lambda j: (support[j], -j)) if rivals else None
-            gap = (math.log1p(support[best]) - math.log1p(support[i])) if best is not None else 0.0
-            out[i] = {"score": round(w * max(0.0, gap), 9), "answer": answers[i].text, "sources": support[i],
-                      "rival": None if best is None else docs[best].id,
+                      and not states(answers[i], words[j]) and not states(answers[j], words[i])
+                      and not (answering and w[j] <= 0.0)]
+            # each rival's term: the weight of the conflict times the gap in sources (module docstring, 4)
+            terms = {j: (w[i] if own else min(w[i], w[j]))
+                     * max(0.0, math.log1p(support[j]) - math.log1p(support[i])) for j in rivals}
+            best = max(rivals, key=lambda j: (terms[j], support[j], -j)) if rivals else None
+            out[i] = {"score": round(terms[best] if best is not None else 0.0, 9), "answer": answers[i].text,
+                      "sources": support[i], "rival": None if best is None else docs[best].id,
                       "rival_answer": None if best is None else answers[best].text,
-                      "rival_sources": None if best is None else support[best], "answers_query": round(w, 4)}
+                      "rival_sources": None if best is None else support[best], "answers_query": round(w[i], 4),
+                      "rival_answers_query": None if best is None else round(w[best], 4)}
         return out
 
     def score(self, ranking: Ranking, resources: "Resources | None" = None, k_ctx: int | None = K_CTX) -> Scores:

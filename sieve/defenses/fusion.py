@@ -39,6 +39,7 @@ import numpy as np
 from sieve.constants import CLEAN_BUDGET, K_CTX
 from sieve.defenses.base import Defense
 from sieve.defenses.budget import budget_index, removal_threshold
+from sieve.defenses.conflict import RIVAL_WEIGHTS
 from sieve.defenses.fusion_evidence import EVIDENCE as EVIDENCE_SOURCES
 from sieve.defenses.fusion_evidence import EvidenceSources
 from sieve.defenses.pvalues import (
@@ -63,6 +64,9 @@ DEFAULT_EVIDENCE = ("l2", "rsq", "rsg", "perplexity", "rouge", "conflict")
 #: Which documents the pairwise evidence (cohesion, rouge) compares a context document with: the
 #: first ``cohesion_scope`` survivors, or those plus the documents removed in earlier refill rounds.
 PAIRWISE_SCOPES = ("survivors", "seen")
+#: Which neighbours RSG's density counts for a document first examined after a removal: every corpus
+#: neighbour as audited (``corpus``), or not the documents removed from this query (``survivors``).
+DENSITY_SCOPES = ("corpus", "survivors")
 #: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there
 #: (most clean passages score 0 on the answer evidence, and p = 1 would veto removal under Cauchy).
 ABSTAINS_AT_ZERO = frozenset({"answer", "conflict"})
@@ -96,7 +100,12 @@ class Fusion(Defense):
     else each evidence also decides alone: a document whose value of one evidence is beyond the
     threshold removing this share of the clean calibration documents is removed whatever the
     combination says, so a component that separates a family by itself is never diluted by the others;
-    the procedure threshold still keeps the whole within the clean budget).
+    the procedure threshold still keeps the whole within the clean budget), ``density_scope``
+    (``"corpus"``; ``"survivors"``: a document first examined after a removal gets RSG's density
+    without the removed documents as neighbours — a true passage beside its poisons is not dense
+    by their company; a document already examined keeps its value, so a removal launders no twin),
+    ``conflict_weight`` (the ``conflict`` evidence's ``rival_weight``, §14.5: ``"own"``, ``"answering"``
+    or ``"min"``).
     Learned in calibration: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
     ``minp_null_``, ``cauchy_null_``, ``component_thresholds_`` (per evidence, with ``component_budget``),
     ``clean_scores_``, ``document_threshold_``, ``calibration_removal_`` and ``threshold``.
@@ -125,11 +134,14 @@ class Fusion(Defense):
     refill_factor: float
     ties: str
     component_budget: float
+    density_scope: str
+    conflict_weight: str
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "survivors",
-                 refill_factor: float = 1.0, ties: str = "mid", component_budget: float = 0.0) -> None:
+                 refill_factor: float = 1.0, ties: str = "mid", component_budget: float = 0.0,
+                 density_scope: str = "corpus", conflict_weight: str = "own") -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:
@@ -147,20 +159,27 @@ class Fusion(Defense):
         if not 0.0 <= float(component_budget) <= CLEAN_BUDGET:
             raise ValueError(f"fusion: component_budget must be within [0, {CLEAN_BUDGET}] (0 = off); "
                              f"got {component_budget!r}")
+        if density_scope not in DENSITY_SCOPES:
+            raise ValueError(f"fusion: density_scope must be one of {', '.join(DENSITY_SCOPES)}; got {density_scope!r}")
+        if conflict_weight not in RIVAL_WEIGHTS:
+            raise ValueError(f"fusion: conflict_weight must be one of {', '.join(RIVAL_WEIGHTS)}; got {conflict_weight!r}")
         if ties not in TIES:
             raise ValueError(f"fusion: ties must be one of {', '.join(TIES)}; got {ties!r}")
         super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
                          max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
                          pairwise_scope=pairwise_scope, refill_factor=refill_factor, ties=ties,
-                         component_budget=component_budget)
+                         component_budget=component_budget, density_scope=density_scope,
+                         conflict_weight=conflict_weight)
 
     # -- the methods it reads ---------------------------------------------------------------------
     @property
     def sources_(self) -> EvidenceSources:
         """The registered methods the evidence comes from (built on first use, fitted by :meth:`fit`)."""
         src = self.__dict__.get("_sources")
-        if src is None or src.evidence != self.evidence or src.duplicate_jaccard != float(self.duplicate_jaccard):
-            src = self.__dict__["_sources"] = EvidenceSources(self.evidence, float(self.duplicate_jaccard))
+        if (src is None or src.evidence != self.evidence or src.duplicate_jaccard != float(self.duplicate_jaccard)
+                or src.conflict_weight != self.conflict_weight):
+            src = self.__dict__["_sources"] = EvidenceSources(self.evidence, float(self.duplicate_jaccard),
+                                                              self.conflict_weight)
         return src
 
     @property
@@ -223,7 +242,11 @@ class Fusion(Defense):
         survivors = [i for i in range(n) if i not in removed]
         ctx = survivors[:k]
         static = dict(prev.static)
-        static.update(self._static(ranking, resources, [i for i in ctx if i not in static]))
+        new = [i for i in ctx if i not in static]
+        static.update(self._static(ranking, resources, new))
+        if self.density_scope == "survivors" and removed and "rsg" in self.evidence:
+            for i, v in self.sources_.survivor_density(ranking, new, removed).items():
+                static[i] = {**static[i], "rsg": v}   # its density without this query's removed documents
         ctxev = self._contextual(ranking, resources, survivors, ctx, k)
         records = dict(prev.records)
         for i in ctx:

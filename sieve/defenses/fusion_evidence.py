@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from sieve.constants import K_CTX
-from sieve.defenses.rsg import snapshot_free_score
+from sieve.defenses.rsg import density_without, snapshot_free_score
 from sieve.registry import DEFENSES
 from sieve.types import Ranking
 
@@ -71,9 +71,10 @@ def judge_cohesion(X: np.ndarray, rows: Sequence[int]) -> list[float]:
 class EvidenceSources:
     """The registered methods fusion reads (constructed once, fitted on the snapshot it defends)."""
 
-    def __init__(self, evidence: Sequence[str], duplicate_jaccard: float = 0.5) -> None:
+    def __init__(self, evidence: Sequence[str], duplicate_jaccard: float = 0.5, conflict_weight: str = "own") -> None:
         self.evidence = tuple(evidence)
         self.duplicate_jaccard = float(duplicate_jaccard)
+        self.conflict_weight = conflict_weight
         self.methods: dict[str, "Defense"] = {}
         for name in self.evidence:
             e = EVIDENCE[name]
@@ -82,6 +83,8 @@ class EvidenceSources:
             params = dict(e.params)
             if name == "answer":
                 params["duplicate_jaccard"] = duplicate_jaccard
+            if name == "conflict":
+                params["rival_weight"] = conflict_weight
             self.methods[name] = DEFENSES.create(e.method, **params)
         self.fitted: set[str] = set()
         self._whole: dict[str, tuple[tuple[str, ...], list[Any]]] = {}   # last whole-ranking scores, per evidence
@@ -120,6 +123,21 @@ class EvidenceSources:
                     if i in out and s.value is not None:
                         out[i][name] = float(s.value)
         return out
+
+    def survivor_density(self, ranking: Ranking, idx: list[int], removed: set[int]) -> dict[int, float]:
+        """The ``rsg`` evidence of the documents ``idx`` with the documents ``removed`` from this query's
+        ranking no longer counted as their neighbours (:func:`~sieve.defenses.rsg.density_without`):
+        max(D_i without them, I_i). Empty when RSG is not fitted or nothing was removed."""
+        rsg = self.methods.get("rsg")
+        audit = getattr(rsg, "audit_", None) if "rsg" in self.fitted else None
+        docs = ranking.documents
+        gone = [audit.index_of(docs[j].id) for j in removed if audit is not None and docs[j].id in audit]
+        rows = [i for i in idx if audit is not None and docs[i].id in audit]
+        if audit is None or not gone or not rows:
+            return {}
+        at = [audit.index_of(docs[i].id) for i in rows]
+        dens = density_without(audit, at, gone)
+        return {i: float(max(float(d), float(audit.integrity[r]))) for i, r, d in zip(rows, at, dens)}
 
     def _whole_ranking(self, name: str, ranking: Ranking, resources: "Resources", k: int | None) -> list[Any]:
         """The method's scores of the whole ranking, computed once per ranking: every refill round

@@ -262,6 +262,14 @@ def density_statistics(rows: np.ndarray, nb_ids: np.ndarray, nb_sims: np.ndarray
         kept_vals = np.zeros(0, bool)
     kept = np.zeros((m, k), bool)
     kept[r_idx[kept_vals], c_idx[kept_vals]] = True
+    mu, density = _contrast(kept, sims, floor, p)
+    return DensityStats(rows, eligible, kept, jac, floor, mu, density)
+
+
+def _contrast(kept: np.ndarray, sims: np.ndarray, floor: np.ndarray, p: RSGParams) -> tuple[np.ndarray, np.ndarray]:
+    """μ_i and D_i (§4.3) from the retained neighbours ``kept`` ([m, k] bool), their similarities and
+    b_i: the one formula behind :func:`density_statistics` and :func:`density_without`."""
+    m = kept.shape[0]
     count = kept.sum(axis=1)
     # μ_i: mean of the first dense_core_count retained similarities, summed left to right in float32
     # exactly as np.mean does for so few values (bit-identical to the per-row definition)
@@ -279,7 +287,17 @@ def density_statistics(rows: np.ndarray, nb_ids: np.ndarray, nb_sims: np.ndarray
     b64 = floor.astype(np.float64)
     excess = (mu.astype(np.float64) - b64) / np.maximum(1e-6, 1.0 - b64)
     density = (support * np.clip(excess, 0.0, 1.0)).astype(np.float32)
-    return DensityStats(rows, eligible, kept, jac, floor, mu, density)
+    return mu, density
+
+
+def density_without(audit: "RSGAudit", rows: Sequence[int], excluded: Sequence[int]) -> np.ndarray:
+    """D_i of the corpus rows ``rows`` with the neighbours in ``excluded`` (corpus rows) not counted
+    (b_i, the walk and the lexical ceiling as audited): fusion's ``density_scope="survivors"``
+    (docs/algorithms.md §14.2). With nothing excluded it is the audited D_i exactly."""
+    r = np.asarray(rows, np.int64)
+    kept = audit.kept[r] & ~np.isin(audit.neighbour_ids[r], np.asarray(list(excluded), np.int64))
+    return _contrast(kept, audit.neighbour_sims[r].astype(np.float32), audit.floor[r].astype(np.float32),
+                     audit.params)[1]
 
 
 @dataclass

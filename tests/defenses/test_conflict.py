@@ -43,6 +43,12 @@ def test_a_lone_poison_loses_to_a_corroborated_true_passage():
     poison, gold = ev[0], ev[1]
     assert poison["sources"] == 1 and gold["sources"] == 3          # the gold and its two independent pages
     assert poison["rival"] == "c1" and poison["score"] > 0.3
+    # every weighting agrees here: the gold answers the question as fully as the poison does
+    for rw in ("own", "answering", "min"):
+        other = DEFENSES.create("context_conflict", rival_weight=rw).fit(snap)
+        p = other.conflict_scores(_ranking(texts, ids, [LONE, GOLD]), k_ctx=2)[0]
+        assert p["answers_query"] <= p["rival_answers_query"]
+        assert p["score"] == pytest.approx(p["answers_query"] * (np.log(4) - np.log(2)), abs=1e-6), rw
     assert gold["score"] == 0.0                                    # it wins the conflict: nothing against it
 
 
@@ -69,6 +75,31 @@ def test_five_agreeing_poisons_from_one_source_do_not_outvote_the_true_passage()
     assert ev_far[0]["sources"] == 5 and ev_far[5]["score"] > 0
 
 
+#: Off-topic passages that all name one place: eight independent sources of "Portsmouth".
+WIDE = [f"Portsmouth {w} report {i}: {w} {x} near the docks." for i, (w, x) in enumerate(
+    [("ferry", "timetables"), ("market", "prices"), ("weather", "warnings"), ("harbour", "dredging"),
+     ("council", "budgets"), ("football", "fixtures"), ("museum", "exhibits"), ("rail", "closures")])]
+
+
+@pytest.mark.parametrize("rival_weight,outvoted", [("min", False), ("answering", False), ("own", True)])
+def test_an_off_topic_passage_with_a_widely_stated_phrase_does_not_outvote_the_true_passage(rival_weight, outvoted):
+    """msmarco-gold (docs/results/suite.md, seventh session): after the poisons were removed the gold
+    passage "conflicted" with an off-topic passage of the refilled context whose phrase ("Ohio",
+    "Earth's") many pages state, and was removed. A passage whose answer sentence shares none of the
+    question's words does not answer it: with ``answering`` or ``min`` it outvotes nobody."""
+    texts = [GOLD] + WIDE + OFF
+    snap, ids = _snapshot(texts)
+    d = DEFENSES.create("context_conflict", rival_weight=rival_weight).fit(snap)
+    ev = d.conflict_scores(_ranking(texts, ids, [GOLD, WIDE[0]]), k_ctx=2)
+    gold, off = ev[0], ev[1]
+    assert off["sources"] == 8 and off["answers_query"] == 0.0 and gold["answers_query"] == 0.5
+    if outvoted:
+        assert gold["rival"] == "c1" and gold["rival_answers_query"] == 0.0
+    # "own" weighs by the gold's own claim only: 0.5 · (ln 9 − ln 2) = 0.752
+    assert gold["score"] == (pytest.approx(0.5 * (np.log(9) - np.log(2)), abs=1e-6) if outvoted else 0.0)
+    assert off["score"] == 0.0
+
+
 def test_no_conflict_no_score_and_parameters_are_checked():
     texts = [GOLD] + SUPPORT + OFF
     snap, ids = _snapshot(texts)
@@ -81,3 +112,5 @@ def test_no_conflict_no_score_and_parameters_are_checked():
         DEFENSES.create("context_conflict", source_cosine=2.0)
     with pytest.raises(ValueError, match="max_supporters"):
         DEFENSES.create("context_conflict", max_supporters=0)
+    with pytest.raises(ValueError, match="rival_weight must be one of min, answering, own"):
+        DEFENSES.create("context_conflict", rival_weight="max")

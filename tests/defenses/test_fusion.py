@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from _tris_fakes import ranking_of, resources_with
-from sieve.defenses.fusion import Fusion
-from sieve.types import RankedDocument, Ranking
+from sieve.defenses.fusion import Fusion, FusionScores
+from sieve.types import Document, RankedDocument, Ranking
 
 Q = "What is the capital of Australia?"
 CLEAN = [f"Passage {i} about region {i % 7}: farming, mining and trade routes described in guide {i}." for i in range(60)]
@@ -285,3 +285,55 @@ def test_no_regret_one_evidence_that_separates_the_poison_removes_it_alone():
         Fusion(component_budget=0.5)
     with pytest.raises(ValueError, match="ties"):
         Fusion(ties="random")
+
+
+def _gold_beside_its_poisons():
+    """Five poisons and the gold passage (rank 6) on one fact: in the retriever's space each is at
+    cosine 0.96 to the other five; the 19 other passages are orthogonal to everything."""
+    gold = "Canberra became the capital of Australia in 1913 after a rivalry between Sydney and Melbourne."
+    texts = POISON + [f"Sydney is where the capital of Australia sits, source {i}." for i in range(2)] + [gold] + CLEAN[:19]
+    poison = [True] * 5 + [False] * 20
+    ranking = ranking_of(Q, texts, poison=poison)
+    V = np.zeros((25, 32), np.float32)
+    V[:6, 0] = 1.0
+    V[np.arange(6), np.arange(1, 7)] = 0.2           # cos 1 / 1.04 = 0.96 within the six
+    V[np.arange(6, 25), np.arange(7, 26)] = 1.0
+    snap = SimpleNamespace(ids=[d.id for d in ranking.documents],
+                           documents=[Document(d.id, d.text, poison=d.poison) for d in ranking.documents], vectors=V)
+    return ranking, snap
+
+
+@pytest.mark.parametrize("scope", ["corpus", "survivors"])
+def test_density_scope_survivors_does_not_count_the_removed_poisons_as_the_golds_neighbours(scope):
+    """Truth-kept (issue 23, item 4): a gold passage on its poisons' topic is dense in the corpus only
+    by their company. With ``density_scope="survivors"``, once they are removed from this query's
+    context its RSG evidence is its own density (0 here); a poison examined before the removal keeps
+    the density it had, so a removal launders no twin."""
+    res = resources_with()
+    ranking, snap = _gold_beside_its_poisons()
+    d = Fusion(evidence=("rsg", "l2"), density_scope=scope).fit(snap, res)
+    audited = d.rsg_.audit_.density[5]
+    assert audited > 0.9                                        # five neighbours at 0.96, lexically distinct
+    r1 = d._round(ranking, res, 5, FusionScores([]), set())
+    assert r1.records[4]["values"]["rsg"] == pytest.approx(float(d.rsg_.audit_.density[4]))
+    r2 = d._round(ranking, res, 5, r1, {0, 1, 2, 3})             # d4 survived round 1, d5 refills
+    assert r2.records[4]["values"]["rsg"] == r1.records[4]["values"]["rsg"]    # no laundering
+    # the gold passage keeps the poison that survived as a neighbour: one at cos 1/1.04 → D = 0.5 · 0.9615
+    gold = r2.records[5]["values"]["rsg"]
+    assert gold == pytest.approx(0.5 / 1.04 if scope == "survivors" else float(audited), abs=1e-5)
+    every = d._round(ranking, res, 5, r1, {0, 1, 2, 3, 4}).records[5]["values"]["rsg"]
+    assert every == (pytest.approx(0.0, abs=1e-6) if scope == "survivors" else pytest.approx(float(audited)))
+    # nothing removed (every clean query's first round, and calibration): the audited density either way
+    assert d._round(ranking, res, 6, FusionScores([]), set()).records[5]["values"]["rsg"] == pytest.approx(float(audited))
+
+
+def test_density_scope_and_conflict_weight_are_checked_and_reach_the_evidence():
+    assert Fusion().density_scope == "corpus" and Fusion().conflict_weight == "own"
+    with pytest.raises(ValueError, match="density_scope must be one of corpus, survivors"):
+        Fusion(density_scope="query")
+    with pytest.raises(ValueError, match="conflict_weight must be one of min, answering, own"):
+        Fusion(conflict_weight="max")
+    d = Fusion(conflict_weight="min")
+    assert d.sources_.method("conflict").rival_weight == "min"
+    d.set_params(conflict_weight="answering")      # the methods are rebuilt with the new parameter
+    assert d.sources_.method("conflict").rival_weight == "answering"

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sieve.defenses.rsg import RSG, RSGParams, audit_corpus, neighbour_recall
+from sieve.defenses.rsg import RSG, RSGParams, audit_corpus, density_without, neighbour_recall
 from sieve.registry import DEFENSES
 from sieve.types import Document, RankedDocument, Ranking
 
@@ -41,6 +41,19 @@ def test_density_floor_support_and_tail_with_ties():
     row = a.row("d0")
     assert sorted(n["id"] for n in row.kept) == ["d1", "d2"] and row.dropped == []  # tie order is free
     assert row.eligible_neighbor_count == 2
+
+
+def test_density_without_the_removed_neighbours():
+    ids, texts, v = five_doc_geometry()
+    a = audit_corpus(ids, texts, v)
+    # nothing excluded: the audited D_i, bit for bit
+    assert density_without(a, range(5), []).tolist() == a.density.tolist()
+    # doc0 without d1: one retained neighbour (d2 at 0.9) → support 0.5 → D = 0.45 (d1, d2 do not walk to d1)
+    assert density_without(a, [0, 1, 2], [1]).tolist() == pytest.approx([0.45, 0.45, 0.45], abs=1e-6)
+    # doc1 and doc2 without d0: their only eligible neighbour gone → μ = b → 0
+    assert density_without(a, [1, 2], [0]).tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert density_without(a, [0], [1, 2]).tolist() == [0.0]       # its whole dense core removed
+    assert density_without(a, [3], [0, 1, 2]).tolist() == [0.0]    # not a neighbour: nothing changes
 
 
 def test_lexical_ceiling_drops_near_duplicates():
