@@ -216,7 +216,13 @@ def test_calibrated_rsq_variant_learns_its_threshold_beside_the_paper_rule(tmp_p
     assert "learned" not in clean["rsq"]
     eta = clean["rsq[calibrated]"]["learned"]["eta_q"]
     assert isinstance(eta, float) and eta != 1.0
-    assert COMPONENT_VARIANTS["rsq[calibrated]"] == ("rsq", {"eta_q": None})
+    # every variant label builds its registered method with those parameters (what a row's label promises)
+    from sieve.bench.suite_bench import _defense
+    from sieve.experiment import build_defense
+    for label, (spec, params) in COMPONENT_VARIANTS.items():
+        d, plain = _defense(spec, params), build_defense(spec)
+        assert type(d) is type(plain) and {k: d.get_params()[k] for k in params} == params, label
+        assert any(plain.get_params()[k] != v for k, v in params.items()), label   # a variant, not the default
 
 
 def test_suite_refuses_an_unknown_component_variant(monkeypatch):
