@@ -98,7 +98,7 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     "d3+c1": {**D3, "component_budget": 0.01},
     "d3+c2": {**D3, "component_budget": 0.02},
     # seventh session (after the msmarco-gold pr_b diagnosis: the gold passage removed in a refill
-    # round, RSG's density among the drivers of 8 of 13 — its density is that of its poisons)
+    # round, RSG's density among the drivers of 8 of 13 — is its density its poisons'?)
     "d3+survivor-density": {**D3, "density_scope": "survivors"},
     # (after the same diagnosis: 5 of those 12–13 gold passages "conflict" with an off-topic passage
     # of the refilled context whose generic phrase many pages state)

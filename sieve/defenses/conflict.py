@@ -22,7 +22,7 @@ passage is the odd one out. Conflict counts **sources** instead:
    many pages state outvotes the true passage (measured: docs/results/suite.md, seventh session).
    No conflicting passage, or a tie: 0.
 
-A lone poison beside a true passage that two independent pages corroborate scores ln 3 − ln 2 > 0;
+A lone poison beside a true passage that two independent pages corroborate scores w · (ln 4 − ln 2) > 0;
 five agreeing poisons (one source) against one true passage (one source) score 0 on both sides, so
 the true passage is never removed *by this evidence* for being outnumbered. Calibrated on clean
 rankings with the one budget rule (§9.2); 0 abstains in fusion (most clean contexts agree).
@@ -197,7 +197,7 @@ class ContextConflict(Defense):
                 continue
             support[i] = self._support(ranking.query, answers[i], self.rows_.get(docs[i].id), exclude_ids)
         w = {i: answers_query(ranking.query, answers[i]) for i in range(k)}
-        own = self.rival_weight != "min"
+        by_own_weight = self.rival_weight != "min"     # own and answering weigh by w_i alone
         answering = self.rival_weight == "answering"
         out: dict[int, dict[str, Any]] = {}
         for i in range(k):
@@ -205,7 +205,7 @@ class ContextConflict(Defense):
                       and not states(answers[i], words[j]) and not states(answers[j], words[i])
                       and not (answering and w[j] <= 0.0)]
             # each rival's term: the weight of the conflict times the gap in sources (module docstring, 4)
-            terms = {j: (w[i] if own else min(w[i], w[j]))
+            terms = {j: (w[i] if by_own_weight else min(w[i], w[j]))
                      * max(0.0, math.log1p(support[j]) - math.log1p(support[i])) for j in rivals}
             best = max(rivals, key=lambda j: (terms[j], support[j], -j)) if rivals else None
             out[i] = {"score": round(terms[best] if best is not None else 0.0, 9), "answer": answers[i].text,

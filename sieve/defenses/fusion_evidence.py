@@ -128,12 +128,13 @@ class EvidenceSources:
         """The ``rsg`` evidence of the documents ``idx`` with the documents ``removed`` from this query's
         ranking no longer counted as their neighbours (:func:`~sieve.defenses.rsg.density_without`):
         max(D_i without them, I_i). Empty when RSG is not fitted or nothing was removed."""
-        rsg = self.methods.get("rsg")
-        audit = getattr(rsg, "audit_", None) if "rsg" in self.fitted else None
+        audit = getattr(self.methods.get("rsg"), "audit_", None) if "rsg" in self.fitted else None
+        if audit is None:
+            return {}
         docs = ranking.documents
-        gone = [audit.index_of(docs[j].id) for j in removed if audit is not None and docs[j].id in audit]
-        rows = [i for i in idx if audit is not None and docs[i].id in audit]
-        if audit is None or not gone or not rows:
+        gone = [audit.index_of(docs[j].id) for j in removed if docs[j].id in audit]
+        rows = [i for i in idx if docs[i].id in audit]
+        if not gone or not rows:
             return {}
         at = [audit.index_of(docs[i].id) for i in rows]
         dens = density_without(audit, at, gone)
