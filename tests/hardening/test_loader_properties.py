@@ -5,9 +5,11 @@ exception, never a silently altered value."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +28,23 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
                     lambda c: st.lists(c, max_size=3) | st.dictionaries(TEXT, c, max_size=3), max_leaves=8)
 
 
+_ROOT: list[Path] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_example_dirs():
+    """Every example's directory lives under one parent, removed when the module ends (hundreds of
+    examples per run would otherwise stay in the temp directory)."""
+    yield
+    for root in _ROOT:
+        shutil.rmtree(root, ignore_errors=True)
+    _ROOT.clear()
+
+
 def _tmp() -> Path:
-    return Path(tempfile.mkdtemp(prefix="sieve-prop-"))
+    if not _ROOT:
+        _ROOT.append(Path(tempfile.mkdtemp(prefix="sieve-prop-")))
+    return Path(tempfile.mkdtemp(dir=_ROOT[0]))
 
 
 @SETTINGS
