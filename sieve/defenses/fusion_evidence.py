@@ -160,9 +160,9 @@ class EvidenceSources:
         pos = {docs[i].id: i for i in survivors}
         rsq = self.methods.get("rsq")
         if rsq is not None and rsq.min_documents is not None and len(survivors) >= rsq.min_documents:
-            for s in rsq.score(sub, resources, k).items:
-                if s.value is not None and pos[s.doc_id] in out:
-                    out[pos[s.doc_id]]["rsq"] = float(s.value)
+            for doc_id, v in rsq.candidate_values(sub, resources).items():  # type: ignore[attr-defined]
+                if pos[doc_id] in out:
+                    out[pos[doc_id]]["rsq"] = v
         if "cohesion" in self.evidence and len(window) >= 3:
             where = {i: j for j, i in enumerate(window)}
             X = judge([docs[i].text for i in window])

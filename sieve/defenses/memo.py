@@ -3,7 +3,7 @@
 Each memo is a bounded ``OrderedDict`` in its defense module with a size constant beside it. The
 scope says what a memo holds, so callers can drop exactly one kind of work:
 
-* ``query`` — results for one ranking or query (RSQ candidate rows, TRIS K-Means fits and L2
+* ``query`` — results for one ranking or query (RSQ candidate rows and per-document alignments, TRIS K-Means fits and L2
   features, TrustRAG ROUGE-L pairs of the passages ranked together);
 * ``document`` — per-text features (RSQ token sets and script fractions, RSG script profiles);
 * ``corpus`` — RSG audits of a snapshot, the answer evidence's inverted index of a snapshot.
@@ -24,6 +24,7 @@ MEMOS: tuple[tuple[str, str, str, str], ...] = (
     ("sieve.defenses.tris_layers", "_L2_CACHE", "_L2_CACHE_SIZE", "query"),
     ("sieve.defenses.trustrag", "_ROUGE_CACHE", "_ROUGE_CACHE_SIZE", "query"),
     ("sieve.defenses.rsq", "_CANDIDATES", "_CANDIDATES_SIZE", "query"),
+    ("sieve.defenses.rsq_alignment", "_ALIGNMENTS", "_ALIGNMENTS_SIZE", "query"),
     ("sieve.defenses.rsq", "_PER_TEXT", "_PER_TEXT_SIZE", "document"),
     ("sieve.defenses.rsg", "_PROFILES", "_PROFILES_SIZE", "document"),
     ("sieve.defenses.rsg", "_AUDIT_CACHE", "_AUDIT_CACHE_SIZE", "corpus"),

@@ -47,8 +47,20 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from sieve.constants import K_CTX, LM_TRACE_TOKENS, TOKEN_STATE_TOKENS
+from sieve.constants import K_CTX, LM_TRACE_TOKENS
 from sieve.defenses.base import Defense
+from sieve.defenses.rsq_alignment import (  # noqa: F401  (E_s, §3.5: re-exported)
+    ALIGN_STRIDE,
+    ALIGN_WINDOW,
+    DOC_MAX_TOKENS,
+    SEMANTIC_ALPHA,
+    alignment_jump,
+    alignments,
+    semantic_score,
+    window_f1,
+    window_f1_from_similarity,
+    window_starts,
+)
 from sieve.defenses.rsq_traces import token_strings, trace_ref
 from sieve.defenses.scripts import ascii_tokens, mixed_script_fraction
 from sieve.defenses.stats import EPS, hypergeom_upper_tail, midrank_upper_tail, simes
@@ -63,13 +75,9 @@ CANDIDATE_COUNT = 5        # k (§3.1)
 SURPRISAL_WINDOWS = (8, 16)
 REFERENCE_WINDOW = 16
 REFERENCE_BITS = 5.0
-SEMANTIC_ALPHA = 0.05
 DECISION_THRESHOLD = 1.0
-ALIGN_WINDOW = 32
-ALIGN_STRIDE = 16
 LM_MAX_TOKENS = LM_TRACE_TOKENS      # part of the NLL cache key
 QUERY_MAX_TOKENS = 64
-DOC_MAX_TOKENS = TOKEN_STATE_TOKENS  # part of the token-state cache key
 
 UNAVAILABLE_REASON = "RSQ needs at least 20 retrieved documents; retrieve deeper (depth ≥ 20)"
 
@@ -226,67 +234,6 @@ def surprisal_score(trace: np.ndarray, windows: Sequence[int] = SURPRISAL_WINDOW
 
 
 # ---------------------------------------------------------------------------------------------
-# E_s: query-alignment transition (§3.5)
-# ---------------------------------------------------------------------------------------------
-def window_starts(length: int, width: int = ALIGN_WINDOW, stride: int = ALIGN_STRIDE) -> list[int]:
-    """Window starts over document tokens: one window if L ≤ width; else 0, stride, … ≤ L − width,
-    plus a right-aligned final window at L − width if not already present (§3.5)."""
-    if length <= width:
-        return [0]
-    starts = list(range(0, length - width + 1, stride))
-    if starts[-1] != length - width:
-        starts.append(length - width)
-    return starts
-
-
-def window_f1(query_states: np.ndarray, doc_states: np.ndarray,
-              width: int = ALIGN_WINDOW, stride: int = ALIGN_STRIDE) -> np.ndarray:
-    """BERTScore F1 (no idf, no rescaling) of the query against each document window (§3.5).
-
-    Precision = mean over window tokens of the max similarity to any query token; recall = mean
-    over query tokens of the max similarity to any window token; F1 = 2PR / max(P + R, 1e-8).
-    Returns an empty array if the query or the document is empty.
-    """
-    q = np.asarray(query_states, dtype=np.float32)
-    d = np.asarray(doc_states, dtype=np.float32)
-    if q.shape[0] == 0 or d.shape[0] == 0:
-        return np.zeros(0, np.float32)
-    return window_f1_from_similarity(q @ d.T, width, stride)
-
-
-def window_f1_from_similarity(sim: np.ndarray, width: int = ALIGN_WINDOW, stride: int = ALIGN_STRIDE) -> np.ndarray:
-    """:func:`window_f1` given the cosine matrix ``sim`` = query tokens × document tokens (vectorised)."""
-    Lq, L = sim.shape
-    if Lq == 0 or L == 0:
-        return np.zeros(0, np.float32)
-    if L <= width:
-        prec = sim.max(axis=0).mean(keepdims=True).astype(np.float64)
-        rec = sim.max(axis=1).mean(keepdims=True).astype(np.float64)
-    else:
-        starts = np.asarray(window_starts(L, width, stride))
-        col_best = sim.max(axis=0).astype(np.float64)    # each doc token's best query match
-        c = np.concatenate(([0.0], np.cumsum(col_best)))
-        prec = (c[starts + width] - c[starts]) / width
-        win = np.lib.stride_tricks.sliding_window_view(sim, width, axis=1)[:, starts, :]  # [Lq, W, width]
-        rec = win.max(axis=2).mean(axis=0).astype(np.float64)
-    return (2 * prec * rec / np.maximum(prec + rec, 1e-8)).astype(np.float32)
-
-
-def alignment_jump(f1: np.ndarray) -> tuple[float, int | None]:
-    """J = max |F1_{j+1} − F1_j| and the index j+1 of the window after the largest jump (§3.5)."""
-    if f1.size < 2:
-        return 0.0, None
-    diffs = np.abs(np.diff(f1.astype(np.float64)))
-    j = int(np.argmax(diffs))
-    return float(diffs[j]), j + 1
-
-
-def semantic_score(p: float, alpha: float = SEMANTIC_ALPHA) -> float:
-    """E_s = max(0, ln(α / max(ε, min(1, p))) / ln(1/α)) (§3.5)."""
-    return max(0.0, math.log(alpha / max(EPS, min(1.0, p))) / math.log(1.0 / alpha))
-
-
-# ---------------------------------------------------------------------------------------------
 # Combination (§3.6)
 # ---------------------------------------------------------------------------------------------
 @dataclass
@@ -338,24 +285,6 @@ def _json_copy(x: Any) -> Any:
     import copy
 
     return copy.deepcopy(x)
-
-
-_BLAS_CONTROLLER: Any = None
-
-
-def _single_thread_blas() -> Any:
-    """Context limiting BLAS to one thread (threadpoolctl, a scikit-learn dependency); no-op without it."""
-    global _BLAS_CONTROLLER
-    try:
-        if _BLAS_CONTROLLER is None:
-            from threadpoolctl import ThreadpoolController
-
-            _BLAS_CONTROLLER = ThreadpoolController()
-        return _BLAS_CONTROLLER.limit(limits=1, user_api="blas")
-    except ImportError:  # pragma: no cover
-        import contextlib
-
-        return contextlib.nullcontext()
 
 
 _CANDIDATES: "OrderedDict[tuple[Any, ...], tuple[Any, list[CandidateScore], dict[str, float]]]" = OrderedDict()
@@ -413,18 +342,7 @@ def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float,
                          np.float32)
     t3 = time.perf_counter()
     lat["query_states"] = (t3 - t2) * 1000
-    states = [np.asarray(x, np.float32) for x in resources.token_states_many(texts, DOC_MAX_TOKENS)]
-    doc_lengths = [int(x.shape[0]) for x in states]
-    # one matrix product for all 20 documents, on one BLAS thread: a product this small is
-    # dominated by thread hand-off (docs/results/speed.md §3)
-    if qstates.shape[0] and sum(doc_lengths):
-        with _single_thread_blas():
-            sim_all = qstates @ np.concatenate([x for x in states if x.shape[0]], axis=0).T
-    else:
-        sim_all = np.zeros((qstates.shape[0], 0), np.float32)
-    bounds = np.concatenate(([0], np.cumsum(doc_lengths)))
-    f1s = [window_f1_from_similarity(sim_all[:, bounds[i]:bounds[i + 1]]) for i in range(len(texts))]
-    jumps = [alignment_jump(f) for f in f1s]
+    f1s, jumps, doc_lengths = alignments(resources, ranking.query, qstates, texts)
     tail_j = [j for j, _ in jumps[k:]]
     lat["alignment"] = (time.perf_counter() - t3) * 1000
     rows: list[CandidateScore] = []
@@ -516,6 +434,15 @@ class RSQ(Defense):
                       note="RSQ scores ranks 1–5 only (ranks 6–20 are the reference tail)")
                 for d in ranking.documents[CANDIDATE_COUNT:]]
         return out, lat
+
+    def candidate_values(self, ranking: Ranking, resources: "Resources") -> dict[str, float]:
+        """S of ranks 1–5 by document id, as :meth:`score_items` gives it, without building the
+        evidence rows (the fused detector reads the value only); empty below 20 documents."""
+        if len(ranking.documents) < CONTEXT_SIZE:
+            return {}
+        rows, _ = score_candidates(ranking, resources, trace_tokens=bool(self.trace_tokens),
+                                   inline_traces=bool(self.inline_traces))
+        return {r.doc_id: float(r.S) for r in rows}
 
     def score(self, ranking: Ranking, resources: "Resources", k_ctx: int | None = K_CTX) -> Scores:
         """RSQ on ``ranking`` (round 1; ``refill="rescore"`` continues in :meth:`refine`)."""

@@ -337,3 +337,23 @@ def test_density_scope_and_conflict_weight_are_checked_and_reach_the_evidence():
     assert d.sources_.method("conflict").rival_weight == "min"
     d.set_params(conflict_weight="answering")      # the methods are rebuilt with the new parameter
     assert d.sources_.method("conflict").rival_weight == "answering"
+
+
+def test_a_refill_round_keeps_the_scores_of_the_records_it_did_not_touch():
+    """Round 2 re-scores only the documents in the context now; the others keep round 1's Score
+    objects, and those equal what scoring their records afresh gives."""
+    res = resources_with()
+    d = Fusion(evidence=("l2", "cohesion", "rouge")).calibrate(_clean_rankings(), res)
+    r = _attacked()
+    first = d.score(r, res, 5)
+    decisions = d.decide(first, d.current_thresholds())
+    assert decisions[0].removed                                   # the poison at rank 1 goes in round 1
+    second = d.refine(r, res, 5, first, decisions, d.current_thresholds())
+    assert second is not None and second.rounds == 2
+    assert second.items[0] is first.items[0]                      # removed: its record was not touched
+    ctx_now = [i for i in range(1, 6)]
+    assert all(second.records[i]["round"] == 2 for i in ctx_now)
+    for i, doc in enumerate(r.documents):
+        fresh = d._item(doc, second.records.get(i), True)
+        assert (second.items[i].value, second.items[i].status, second.items[i].evidence) == \
+            (fresh.value, fresh.status, fresh.evidence)

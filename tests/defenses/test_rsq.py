@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from sieve.defenses import rsq, rsq_alignment
 from sieve.defenses.rsq import (
     RSQ,
     UNAVAILABLE_REASON,
@@ -276,3 +277,24 @@ def test_real_models_flag_candidates_repeating_a_target_answer(real_resources):
     assert ev["alignment"]["f1"] and all(0 <= f <= 1 for f in ev["alignment"]["f1"])
     json.dumps(res.to_dict())
     assert [d.id for d in res.context] == ["d6", "d7", "d8", "d9", "d10"]
+
+
+def test_alignments_memoised_for_the_query_give_the_rows_of_a_cold_computation(tiny_resources):
+    """A refill round asks RSQ about mostly the same documents: their alignment comes from the
+    per-query memo, and the rows equal those of a computation with every memo empty."""
+    from sieve.defenses import memo
+
+    texts = [f"passage {i} about the river amazon and {i * 7} explorers of the basin" for i in range(22)]
+    q = "who explored the amazon river"
+    first = Ranking(q, [RankedDocument(f"d{i}", t, i + 1, 1.0 - i / 40) for i, t in enumerate(texts[:20])])
+    refill = Ranking(q, [RankedDocument(f"d{i}", t, i, 1.0 - i / 40) for i, t in enumerate(texts[1:21], start=1)])
+    memo.clear()
+    rsq.score_candidates(first, tiny_resources)
+    assert len(rsq_alignment._ALIGNMENTS) == 20
+    warm, _ = rsq.score_candidates(refill, tiny_resources)
+    assert len(rsq_alignment._ALIGNMENTS) == 21                      # only the document new to the top 20 was aligned
+    memo.clear()
+    cold, _ = rsq.score_candidates(refill, tiny_resources)
+    assert [r.evidence() for r in warm] == [r.evidence() for r in cold]
+    assert RSQ().candidate_values(refill, tiny_resources) == {r.doc_id: r.S for r in cold}
+    assert RSQ().candidate_values(Ranking(q, list(refill.documents[:19])), tiny_resources) == {}
