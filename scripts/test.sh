@@ -11,8 +11,8 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 SIEVE_EXTRAS="[test]" bash scripts/install.sh
 lint=0
-echo "ruff check sieve tests app.py pages" >&2
-.venv/bin/ruff check sieve tests app.py pages || lint=1
+echo "ruff check sieve tests scripts app.py pages" >&2
+.venv/bin/ruff check sieve tests scripts app.py pages || lint=1
 echo "mypy sieve" >&2
 .venv/bin/mypy sieve || lint=1
 tests=0
