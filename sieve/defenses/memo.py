@@ -5,7 +5,7 @@ scope says what a memo holds, so callers can drop exactly one kind of work:
 
 * ``query`` — results for one ranking or query (RSQ candidate rows and per-document alignments, TRIS K-Means fits and L2
   features, TrustRAG ROUGE-L pairs of the passages ranked together);
-* ``document`` — per-text features (RSQ token sets and script fractions, RSG script profiles);
+* ``document`` — per-text features (RSQ token sets, script fractions and surprisal profiles, RSG script profiles);
 * ``corpus`` — RSG audits of a snapshot, the answer evidence's inverted index of a snapshot.
 
 A benchmark timing a *new* query with warm per-document caches clears ``query``; the identity test
@@ -26,6 +26,7 @@ MEMOS: tuple[tuple[str, str, str, str], ...] = (
     ("sieve.defenses.rsq", "_CANDIDATES", "_CANDIDATES_SIZE", "query"),
     ("sieve.defenses.rsq_alignment", "_ALIGNMENTS", "_ALIGNMENTS_SIZE", "query"),
     ("sieve.defenses.rsq", "_PER_TEXT", "_PER_TEXT_SIZE", "document"),
+    ("sieve.defenses.rsq", "_SURPRISALS", "_SURPRISALS_SIZE", "document"),
     ("sieve.defenses.rsg", "_PROFILES", "_PROFILES_SIZE", "document"),
     ("sieve.defenses.rsg", "_AUDIT_CACHE", "_AUDIT_CACHE_SIZE", "corpus"),
     ("sieve.defenses.answer_corpus", "_INDEX_CACHE", "_INDEX_CACHE_SIZE", "corpus"),

@@ -233,6 +233,30 @@ def surprisal_score(trace: np.ndarray, windows: Sequence[int] = SURPRISAL_WINDOW
     return max(0.0, r - 1.0), r, profiles
 
 
+#: Per-document memo of E_p (§3.4) and what the evidence shows of it (sieve/defenses/memo.py, scope
+#: "document"): a pure function of the text's NLL trace under the resources' causal LM.
+_SURPRISALS: "OrderedDict[tuple[int, str], tuple[Any, tuple[float, float, tuple[dict[str, Any], ...], Any]]]" = \
+    OrderedDict()
+_SURPRISALS_SIZE = 50_000
+
+
+def _surprisals(resources: "Resources", texts: Sequence[str]) -> list[tuple[float, float, tuple[dict[str, Any], ...], Any]]:
+    """(E_p, R, window profiles as dicts, trace reference) of each text; the NLL traces are read only
+    for texts not memoised (the resources are kept with each entry: their id is not reused)."""
+    keys = [(id(resources), t) for t in texts]
+    hits = [_SURPRISALS.get(key) for key in keys]
+    todo = [i for i, h in enumerate(hits) if h is None or h[0] is not resources]
+    if todo:
+        traces = resources.lm_traces([texts[i] for i in todo], LM_MAX_TOKENS)
+        for i, tr in zip(todo, traces):
+            e_p, ratio, profiles = surprisal_score(np.asarray(tr, dtype=np.float64))
+            entry = (resources, (e_p, ratio, tuple(asdict(p) for p in profiles), trace_ref(resources, texts[i])))
+            hits[i] = _SURPRISALS[keys[i]] = entry
+        while len(_SURPRISALS) > _SURPRISALS_SIZE:
+            _SURPRISALS.popitem(last=False)
+    return [h[1] for h in hits if h is not None]
+
+
 # ---------------------------------------------------------------------------------------------
 # Combination (§3.6)
 # ---------------------------------------------------------------------------------------------
@@ -334,8 +358,7 @@ def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float,
     integ = integrity_scores(texts, k)
     t1 = time.perf_counter()
     lat["lexical"] = (t1 - t0) * 1000
-    traces = [np.asarray(tr, dtype=np.float64) for tr in resources.lm_traces(texts[:k], LM_MAX_TOKENS)]
-    surpr = [surprisal_score(tr) for tr in traces]
+    surpr = _surprisals(resources, texts[:k])
     t2 = time.perf_counter()
     lat["surprisal"] = (t2 - t1) * 1000
     qstates = np.asarray(resources.token_states_many([ranking.query], QUERY_MAX_TOKENS, kind="query_states")[0],
@@ -348,18 +371,18 @@ def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float,
     rows: list[CandidateScore] = []
     for i in range(k):
         a, g = anchors[i], integ[i]
-        e_p, ratio, profiles = surpr[i]
+        e_p, ratio, windows, ref = surpr[i]
         J, jump_at = jumps[i]
         p_s = midrank_upper_tail(J, tail_j)
         e_s = semantic_score(p_s)
         S = a.score + g["score"] + e_p + e_s
-        surprisal: dict[str, Any] = {"trace_ref": trace_ref(resources, texts[i]), "ratio": ratio,
-                                     "windows": [asdict(p) for p in profiles]}
+        surprisal: dict[str, Any] = {"trace_ref": dict(ref), "ratio": ratio, "windows": [dict(w) for w in windows]}
         if inline_traces:
+            trace = np.asarray(resources.lm_traces([texts[i]], LM_MAX_TOKENS)[0], dtype=np.float64)
             tokens = token_strings(resources, texts[i], LM_MAX_TOKENS) if trace_tokens else None
-            if tokens is not None and len(tokens) != traces[i].size:
+            if tokens is not None and len(tokens) != trace.size:
                 tokens = None
-            surprisal.update(nll=[float(v) for v in traces[i]], tokens=tokens)
+            surprisal.update(nll=[float(v) for v in trace], tokens=tokens)
         rows.append(CandidateScore(
             doc_id=docs[i].id, rank=docs[i].rank,
             E_a=a.score, E_i=g["score"], E_p=e_p, E_s=e_s, S=S, flagged=S >= eta_q,

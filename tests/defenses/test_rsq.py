@@ -280,8 +280,8 @@ def test_real_models_flag_candidates_repeating_a_target_answer(real_resources):
 
 
 def test_alignments_memoised_for_the_query_give_the_rows_of_a_cold_computation(tiny_resources):
-    """A refill round asks RSQ about mostly the same documents: their alignment comes from the
-    per-query memo, and the rows equal those of a computation with every memo empty."""
+    """A refill round asks RSQ about mostly the same documents: their alignment and surprisal come from
+    the memos, and the rows equal those of a computation with every memo empty."""
     from sieve.defenses import memo
 
     texts = [f"passage {i} about the river amazon and {i * 7} explorers of the basin" for i in range(22)]
@@ -290,9 +290,10 @@ def test_alignments_memoised_for_the_query_give_the_rows_of_a_cold_computation(t
     refill = Ranking(q, [RankedDocument(f"d{i}", t, i, 1.0 - i / 40) for i, t in enumerate(texts[1:21], start=1)])
     memo.clear()
     rsq.score_candidates(first, tiny_resources)
-    assert len(rsq_alignment._ALIGNMENTS) == 20
+    assert len(rsq_alignment._ALIGNMENTS) == 20 and len(rsq._SURPRISALS) == 5
     warm, _ = rsq.score_candidates(refill, tiny_resources)
     assert len(rsq_alignment._ALIGNMENTS) == 21                      # only the document new to the top 20 was aligned
+    assert len(rsq._SURPRISALS) == 6                                 # and only the new candidate's trace profiled
     memo.clear()
     cold, _ = rsq.score_candidates(refill, tiny_resources)
     assert [r.evidence() for r in warm] == [r.evidence() for r in cold]
