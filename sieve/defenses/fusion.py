@@ -254,8 +254,9 @@ class Fusion(Defense):
             answer_text = values.pop("answer_text", None)
             records[i] = {"values": values, "round": rnd, "answer_text": answer_text}
         calibrated = getattr(self, "null_", None) is not None
-        # a record this round left as it was (not in the context now) keeps last round's score
-        items = [prev.items[i] if i < len(prev.items) and i in prev.records and records[i] is prev.records[i]
+        # a record this round left as it was (not in the context now, or never examined) keeps its score;
+        # round 1 has no earlier items
+        items = [prev.items[i] if i < len(prev.items) and records.get(i) is prev.records.get(i)
                  else self._item(d, records.get(i), calibrated) for i, d in enumerate(docs)]
         info: dict[str, Any] = {"rounds": rnd}
         missing = self._unfitted()

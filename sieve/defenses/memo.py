@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+from collections import OrderedDict
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 #: (defense module, memo attribute, size attribute, scope) of every memo.
 MEMOS: tuple[tuple[str, str, str, str], ...] = (
@@ -40,6 +41,21 @@ def snapshot_digest(ids: Sequence[str], texts: Sequence[str]) -> Any:
     for i, t in zip(ids, texts):
         h.update(str(i).encode("utf-8", "surrogatepass") + b"\0" + str(t).encode("utf-8", "surrogatepass") + b"\0")
     return h
+
+
+def fill(memo: "OrderedDict[Any, tuple[Any, Any]]", size: int, keys: Sequence[Hashable], owner: Any,
+         compute: Callable[[list[int]], Sequence[Any]]) -> list[Any]:
+    """The memoised value of each key, ``compute(positions)`` giving those of the keys not held (one
+    batched call); entries keep ``owner`` (the resources whose ``id`` is in the key: an id is reused
+    only after its object is gone), and the oldest go beyond ``size``."""
+    hits = [memo.get(key) for key in keys]
+    todo = [i for i, h in enumerate(hits) if h is None or h[0] is not owner]
+    if todo:
+        for i, value in zip(todo, compute(todo), strict=True):
+            hits[i] = memo[keys[i]] = (owner, value)
+        while len(memo) > size:
+            memo.popitem(last=False)
+    return [h[1] for h in hits if h is not None]
 
 
 def memos(scope: str | None = None) -> list[tuple[ModuleType, str, str]]:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from sieve.constants import K_CTX, LM_TRACE_TOKENS
+from sieve.defenses import memo
 from sieve.defenses.base import Defense
 from sieve.defenses.rsq_alignment import (  # noqa: F401  (E_s, §3.5: re-exported)
     ALIGN_STRIDE,
@@ -242,19 +243,15 @@ _SURPRISALS_SIZE = 50_000
 
 def _surprisals(resources: "Resources", texts: Sequence[str]) -> list[tuple[float, float, tuple[dict[str, Any], ...], Any]]:
     """(E_p, R, window profiles as dicts, trace reference) of each text; the NLL traces are read only
-    for texts not memoised (the resources are kept with each entry: their id is not reused)."""
-    keys = [(id(resources), t) for t in texts]
-    hits = [_SURPRISALS.get(key) for key in keys]
-    todo = [i for i, h in enumerate(hits) if h is None or h[0] is not resources]
-    if todo:
-        traces = resources.lm_traces([texts[i] for i in todo], LM_MAX_TOKENS)
-        for i, tr in zip(todo, traces):
+    for texts not memoised."""
+    def profile(todo: list[int]) -> list[tuple[float, float, tuple[dict[str, Any], ...], Any]]:
+        out = []
+        for i, tr in zip(todo, resources.lm_traces([texts[i] for i in todo], LM_MAX_TOKENS)):
             e_p, ratio, profiles = surprisal_score(np.asarray(tr, dtype=np.float64))
-            entry = (resources, (e_p, ratio, tuple(asdict(p) for p in profiles), trace_ref(resources, texts[i])))
-            hits[i] = _SURPRISALS[keys[i]] = entry
-        while len(_SURPRISALS) > _SURPRISALS_SIZE:
-            _SURPRISALS.popitem(last=False)
-    return [h[1] for h in hits if h is not None]
+            out.append((e_p, ratio, tuple(asdict(p) for p in profiles), trace_ref(resources, texts[i])))
+        return out
+
+    return memo.fill(_SURPRISALS, _SURPRISALS_SIZE, [(id(resources), t) for t in texts], resources, profile)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +356,7 @@ def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float,
     t1 = time.perf_counter()
     lat["lexical"] = (t1 - t0) * 1000
     surpr = _surprisals(resources, texts[:k])
+    inline = resources.lm_traces(texts[:k], LM_MAX_TOKENS) if inline_traces else []   # the NLL traces shown in full
     t2 = time.perf_counter()
     lat["surprisal"] = (t2 - t1) * 1000
     qstates = np.asarray(resources.token_states_many([ranking.query], QUERY_MAX_TOKENS, kind="query_states")[0],
@@ -378,7 +376,7 @@ def _score_candidates(ranking: Ranking, resources: "Resources", *, eta_q: float,
         S = a.score + g["score"] + e_p + e_s
         surprisal: dict[str, Any] = {"trace_ref": dict(ref), "ratio": ratio, "windows": [dict(w) for w in windows]}
         if inline_traces:
-            trace = np.asarray(resources.lm_traces([texts[i]], LM_MAX_TOKENS)[0], dtype=np.float64)
+            trace = np.asarray(inline[i], dtype=np.float64)
             tokens = token_strings(resources, texts[i], LM_MAX_TOKENS) if trace_tokens else None
             if tokens is not None and len(tokens) != trace.size:
                 tokens = None

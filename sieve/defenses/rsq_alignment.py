@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from sieve.constants import TOKEN_STATE_TOKENS
+from sieve.defenses import memo
 from sieve.defenses.stats import EPS
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _single_thread_blas() -> Any:
 
 #: Per-query memo of each document's alignment (F1 profile, jump, token count) against the query:
 #: a refill round scores mostly the same 20 documents again (sieve/defenses/memo.py, scope "query").
-_ALIGNMENTS: "OrderedDict[tuple[Any, ...], tuple[Any, np.ndarray, tuple[float, int | None], int]]" = OrderedDict()
+_ALIGNMENTS: "OrderedDict[tuple[Any, ...], tuple[Any, tuple[np.ndarray, tuple[float, int | None], int]]]" = OrderedDict()
 _ALIGNMENTS_SIZE = 4096
 
 
@@ -111,10 +112,7 @@ def alignments(resources: "Resources", query: str, qstates: np.ndarray, texts: S
     """The §3.5 window-F1 profile, its jump and the token count of every text against the query;
     the texts not memoised for this query are aligned in one matrix product, on one BLAS thread (a
     product this small is dominated by thread hand-off, docs/results/speed.md §3)."""
-    keys = [(id(resources), query, t) for t in texts]
-    hits = [_ALIGNMENTS.get(key) for key in keys]
-    todo = [i for i, h in enumerate(hits) if h is None or h[0] is not resources]
-    if todo:
+    def align(todo: list[int]) -> list[tuple[np.ndarray, tuple[float, int | None], int]]:
         states = [np.asarray(x, np.float32)
                   for x in resources.token_states_many([texts[i] for i in todo], DOC_MAX_TOKENS)]
         lengths = [int(x.shape[0]) for x in states]
@@ -124,11 +122,8 @@ def alignments(resources: "Resources", query: str, qstates: np.ndarray, texts: S
         else:
             sim_all = np.zeros((qstates.shape[0], 0), np.float32)
         bounds = np.concatenate(([0], np.cumsum(lengths)))
-        for j, i in enumerate(todo):
-            f1 = window_f1_from_similarity(sim_all[:, bounds[j]:bounds[j + 1]])
-            entry = (resources, f1, alignment_jump(f1), lengths[j])   # the resources are kept: ids are not reused
-            hits[i] = _ALIGNMENTS[keys[i]] = entry
-        while len(_ALIGNMENTS) > _ALIGNMENTS_SIZE:
-            _ALIGNMENTS.popitem(last=False)
-    rows = [h for h in hits if h is not None]
-    return [h[1] for h in rows], [h[2] for h in rows], [h[3] for h in rows]
+        f1s = [window_f1_from_similarity(sim_all[:, bounds[j]:bounds[j + 1]]) for j in range(len(todo))]
+        return [(f1, alignment_jump(f1), n) for f1, n in zip(f1s, lengths)]
+
+    rows = memo.fill(_ALIGNMENTS, _ALIGNMENTS_SIZE, [(id(resources), query, t) for t in texts], resources, align)
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
