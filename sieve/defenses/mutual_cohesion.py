@@ -89,7 +89,7 @@ class MutualCohesion(Defense):
         k = n if k_ctx is None else min(int(k_ctx), n)
         if n == 0:
             return Scores([])
-        w = max(min(int(self.window), n), 0)
+        w = min(int(self.window), n)
         X = resources.judge_embeddings([d.text for d in docs[:w]])     # cached per document
         values, counts = mutual_cohesion_scores(X, int(self.neighbours))
         out = []
