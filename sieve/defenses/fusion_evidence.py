@@ -2,7 +2,7 @@
 
 Every evidence is one line of :data:`EVIDENCE`: the score of a registered defense (``method``), or
 a named function a defense itself uses (TrustRAG's ROUGE-L near-copy signal), or fusion's own
-judge-space cohesion among the context. There is one
+judge-space cohesion among the context, or the mutual cohesion of §14.8 over fusion's window. There is one
 definition of each: a change to a method's score changes the fusion that reads it, and
 tests/defenses/test_fusion_evidence.py checks they agree on the same ranking.
 
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from sieve.constants import K_CTX
+from sieve.defenses.mutual_cohesion import NEIGHBOURS, mutual_cohesion_scores
 from sieve.defenses.rsg import density_without, snapshot_free_score
 from sieve.registry import DEFENSES
 from sieve.types import Ranking
@@ -53,6 +54,7 @@ EVIDENCE: dict[str, Evidence] = {e.name: e for e in (   # in the order values ar
     Evidence("rsq", "context", "rsq"),
     Evidence("cohesion", "window"),       # fusion's own: mean cosine to the two nearest in the window
     Evidence("rouge", "window"),          # TrustRAG's near-copy signal (sieve.defenses.trustrag.max_rouge)
+    Evidence("mutual", "window"),         # mutual_cohesion's score over the window (§14.8; mutual_cohesion_scores)
     Evidence("answer", "context", "answer_consistency"),
     Evidence("conflict", "context", "context_conflict"),   # sources, not passages, decide (§14.5)
     Evidence("promotion", "neighbourhood", "promotion"),   # closer to the question than to its neighbours (§14.6)
@@ -168,6 +170,11 @@ class EvidenceSources:
             X = judge([docs[i].text for i in window])
             for i, v in zip(ctx, judge_cohesion(X, [where[i] for i in ctx])):
                 out[i]["cohesion"] = v
+        if "mutual" in self.evidence and len(window) >= 2:
+            where = {i: j for j, i in enumerate(window)}
+            values, _ = mutual_cohesion_scores(judge([docs[i].text for i in window]), NEIGHBOURS)
+            for i in ctx:
+                out[i]["mutual"] = float(values[where[i]])
         if "rouge" in self.evidence and len(window) >= 2:
             from sieve.defenses.trustrag import max_rouge
 

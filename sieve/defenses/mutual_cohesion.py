@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from sieve.resources import Resources
 
 
+#: m, how many nearest passages each passage names (the class default; fusion's ``mutual`` evidence uses it).
+NEIGHBOURS = 3
+
+
 def mutual_cohesion_scores(X: np.ndarray, neighbours: int) -> tuple[np.ndarray, np.ndarray]:
     """(mutual cohesion, number of mutual neighbours) of every row of ``X`` (passage vectors in ranking
     order, the window already cut) with ``neighbours`` = m (module docstring)."""
@@ -76,7 +80,7 @@ class MutualCohesion(Defense):
     neighbours: int
     window: int
 
-    def __init__(self, threshold: float | None = None, neighbours: int = 3, window: int = 10) -> None:
+    def __init__(self, threshold: float | None = None, neighbours: int = NEIGHBOURS, window: int = 10) -> None:
         if int(neighbours) < 1:
             raise ValueError(f"mutual_cohesion: neighbours must be >= 1; got {neighbours!r}")
         if int(window) < 2:

@@ -99,6 +99,10 @@ FUSION_TERMS: dict[str, str] = {
            "integrity alert (RSG's own score without its corpus-relative tail scaling). Higher is more suspicious.",
     "cohesion": "Cohesion (cosine, −1–1): mean similarity to the passage's two nearest neighbours among the first "
                 "ten passages. Poisons of one target sit unusually close together; higher is more suspicious.",
+    "mutual": "Mutual cohesion (summed cosine, 0–3, docs/algorithms.md §14.8): the similarity to those of the passage's "
+              "three nearest neighbours among the first ten passages that name it among their own three nearest. "
+              "Variants of one author's text are each other's nearest neighbours; a true passage merely near them is "
+              "not named back and scores near 0. Higher is more suspicious.",
     "perplexity": "Perplexity (≥ 1) of the passage under the small local language model. Unusually high is "
                   "suspicious (odd text, mixed scripts, optimised triggers).",
     "answer": "Answer score (≥ 0): how much less the passage's answer is corroborated by independent passages "

@@ -95,6 +95,17 @@ def test_fusions_own_evidence_is_computed_once(setup):
     assert all(-1.0 <= s <= 1.0 for s in sims) and float(np.ptp(coh)) >= 0
 
 
+def test_mutual_is_mutual_cohesions_score(setup):
+    """Round 1 compares the first ten documents, as mutual_cohesion does on the whole ranking."""
+    res, ranking, snap, f, records, _ = setup
+    assert len(f._window(ranking, list(range(len(ranking.documents))), K)) == min(10, len(ranking.documents))
+    own = DEFENSES.create("mutual_cohesion").score(ranking, res, K).items
+    fused = _values(records, "mutual")
+    assert set(fused) == set(range(K))
+    assert [fused[i] for i in range(K)] == [own[i].value for i in range(K)]
+    assert all(0.0 <= v <= 3.0 for v in fused.values())
+
+
 def test_fusion_defines_no_score_of_its_own_methods():
     """The fusion module reads evidence only through fusion_evidence (no second L2, perplexity or
     RSQ definition): none of the methods' internals is imported there."""
