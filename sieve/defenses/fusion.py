@@ -4,8 +4,8 @@
 
 Evidence (each "higher = more suspicious", each read from the method that defines it:
 :mod:`sieve.defenses.fusion_evidence`): TRIS L2, RSQ, RSG's density, perplexity, TrustRAG's ROUGE-L
-near-copy signal and the context conflict (§14.5) by default; cohesion, RAGDefender, the answer
-corroboration and the query similarity opt-in (``evidence=``). Per-evidence p-values count tied clean
+near-copy signal and the context conflict (§14.5) by default; cohesion, mutual cohesion (§14.8),
+RAGDefender, the answer corroboration and the query similarity opt-in (``evidence=``). Per-evidence p-values count tied clean
 values half (mid-p).
 
 Calibration reads clean rankings only: the evidence of every document of the clean contexts forms,
@@ -113,7 +113,7 @@ class Fusion(Defense):
 
     name = "fusion"
     summary = ("Fusion of TRIS L2, RSQ, RSG density, perplexity, ROUGE-L near-copy and context-conflict evidence "
-               "(cohesion, answer, RAGDefender, query similarity opt-in): clean-only mid-p values, Cauchy "
+               "(cohesion, mutual cohesion, answer, RAGDefender, query similarity opt-in): clean-only mid-p values, Cauchy "
                "combination, budget threshold, rescored refill.")
     paper = "Sieve extension (docs/algorithms.md §14.2)"
     needs = ("retriever", "judge", "causal_lm", "token_encoder")
