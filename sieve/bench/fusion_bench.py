@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from sieve.bench import DEMO_DATA
+from sieve.bench.outputs import claim_outputs, mentions, write_outputs
 from sieve.config import SieveConfig
 from sieve.corpus import load_dataset
 from sieve.defenses.fusion import COMBINE, DEFAULT_EVIDENCE, PAIRWISE_SCOPES, Fusion
@@ -133,8 +134,12 @@ def main() -> None:
     ap.add_argument("--latency-condition", default="clean",
                     help="rankings the latency is measured on: clean, or an attack family (refill rounds cost more)")
     ap.add_argument("--latency-queries", type=int, default=32)
-    ap.add_argument("--out", default="")
+    ap.add_argument("--out", default="", help="directory for fusion_bench.json and fusion_bench.md (files an earlier "
+                                              "fusion bench wrote are replaced; any other needs --force)")
+    ap.add_argument("--force", action="store_true", help="replace those files even if this bench did not write them")
     a = ap.parse_args()
+    outputs = (claim_outputs([Path(a.out) / "fusion_bench.json", Path(a.out) / "fusion_bench.md"],
+                             mentions("sieve bench fusion"), force=a.force) if a.out else [])
     if a.latency_only:
         a.no_ablation, a.splits, a.limit = True, 0, 0
 
@@ -246,24 +251,24 @@ def main() -> None:
     print(f"\nAblation (poison-in-context, Wilson 95 % CI; n per family = {a.limit})\n" + ablation)
     print("\nLeave-one-family-out\n" + lofo)
     print("\n" + lat)
-    if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "fusion_bench.md").write_text(
-            f"# Fusion bench\n\nCommand: `sieve bench fusion {shlex.join(sys.argv[1:])}`\n\n"
-            f"## Held-out clean removal\n\n{splits}\n\n## Ablation\n\n{ablation}\n\n## Leave-one-family-out\n\n{lofo}\n\n## Latency\n\n{lat}\n",
-            encoding="utf-8")
-        (out / "fusion_bench.json").write_text(json.dumps({
-            "args": vars(a),
-            "clean": {k: {"removed": v.k, "n": v.n} for k, v in cleans.items()},
-            "random_split_clean_removal": split_rates,
-            "configs": {k: {kk: list(vv) if isinstance(vv, tuple) else vv for kk, vv in v.items()}
-                        for k, v in configs.items()},
-            "families": {k: {f: {"poison_in_context": r.k, "n": r.n} for f, r in v.items()} for k, v in results.items()},
-            "lofo": [{"family": r.family, "chosen": r.chosen, "k": r.result.k, "n": r.result.n} for r in rows],
-            "latency_ms": {"fusion": fus, "rsq": base},
-        }, indent=1), encoding="utf-8")
-
+    if outputs:
+        cmd = f"sieve bench fusion {shlex.join(sys.argv[1:])}"
+        write_outputs({
+            outputs[0]: json.dumps({
+                "command": cmd,
+                "args": vars(a),
+                "clean": {k: {"removed": v.k, "n": v.n} for k, v in cleans.items()},
+                "random_split_clean_removal": split_rates,
+                "configs": {k: {kk: list(vv) if isinstance(vv, tuple) else vv for kk, vv in v.items()}
+                            for k, v in configs.items()},
+                "families": {k: {f: {"poison_in_context": r.k, "n": r.n} for f, r in v.items()} for k, v in results.items()},
+                "lofo": [{"family": r.family, "chosen": r.chosen, "k": r.result.k, "n": r.result.n} for r in rows],
+                "latency_ms": {"fusion": fus, "rsq": base},
+            }, indent=1),
+            outputs[1]: (f"# Fusion bench\n\nCommand: `{cmd}`\n\n"
+                         f"## Held-out clean removal\n\n{splits}\n\n## Ablation\n\n{ablation}\n\n"
+                         f"## Leave-one-family-out\n\n{lofo}\n\n## Latency\n\n{lat}\n"),
+        })
 
 if __name__ == "__main__":
     main()

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sieve.bench.outputs import claim_outputs, mentions, write_outputs
+
 
 def build_corpus(n: int, dim: int, workdir: Path) -> Path:
     from sieve.scale.shards import MANIFEST, write_shards
@@ -186,7 +188,9 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--json", type=Path, default=None, help="also write every result to this file")
+    ap.add_argument("--json", type=Path, default=None, help="also write every result to this file (a file an earlier "
+                                                             "scale bench wrote is replaced; any other needs --force)")
+    ap.add_argument("--force", action="store_true", help="replace --json even if this bench did not write it")
     ap.add_argument("--embed", type=int, default=0, help="time sieve audit --corpus on N synthetic texts instead")
     ap.add_argument("--embed-retriever", default="tiny-hashing", help="retriever for --embed (a model name)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -197,6 +201,12 @@ def main() -> None:
     if args.one:
         one(args)
         return
+    try:
+        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--sizes must be comma-separated whole numbers (e.g. 10000,100000); got {args.sizes!r}")
+    if args.json:   # claimed before the run (sieve/bench/outputs.py); its rows carry "docs_per_s"
+        claim_outputs([args.json], mentions('"docs_per_s"'), force=args.force, what="--json")
     workdir = args.workdir or Path(tempfile.gettempdir()) / "sieve-scale-bench"
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"# machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "
@@ -207,7 +217,7 @@ def main() -> None:
     results = []
     header = (f"{'engine':<6} {'mode':<6} {'size':>9} {'docs/s':>9} {'p50/p90':>15} {'vs exact':>8} "
               f"{'recall@16 (95% CI, n)':>30} {'overlap':>8} {'flags':>6} {'coord':>5} {'peak RSS':>9}")
-    for n in [int(s) for s in args.sizes.split(",")]:
+    for n in sizes:
         path = build_corpus(n, args.dim, workdir)
         done = []
         for engine in args.engines.split(","):       # approximate runs first: the exact baseline is the slow one
@@ -257,7 +267,7 @@ def main() -> None:
         for r in [x for x in results if x.get("size") == n]:
             print(_row(r), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        write_outputs({args.json: json.dumps(results, indent=1)})
     for r in results:
         if r.get("ray"):
             s = r["ray"]["seconds"]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sieve.bench import DEMO_DATA, ROOT
+from sieve.bench.outputs import claim_outputs, mentions, write_outputs
 from sieve.config import SieveConfig
 from sieve.constants import CLEAN
 from sieve.corpus import load_dataset
@@ -250,7 +251,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N targets of every family")
     ap.add_argument("--work", type=Path, default=Path("/tmp/sieve-suite"), help="where the datasets are built")
     ap.add_argument("--shared", type=Path, default=SHARED, help="the development data (../shared/data)")
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="directory for suite.json and suite.md (files an earlier suite run wrote are replaced; "
+                         "any other file of those names needs --force)")
+    ap.add_argument("--force", action="store_true", help="replace suite.json / suite.md in --out even if this "
+                                                          "bench did not write them")
     ap.add_argument("--reuse", action="store_true", help="use the datasets already built under --work")
     ap.add_argument("--generate", action="store_true",
                     help="answer from every final context with the local generator (clean accuracy, ASR); "
@@ -261,6 +266,8 @@ def main() -> None:
     ap.add_argument("--generate-conditions", default=None,
                     help="with --generate: only these conditions (comma-separated, e.g. clean,pr_b)")
     args = ap.parse_args()
+    outputs = (claim_outputs([args.out / "suite.json", args.out / "suite.md"], mentions("sieve bench suite"),
+                             force=args.force) if args.out else [])   # before the run, not after it
     names = [x for x in args.datasets.split(",") if x]
     configs = [x for x in args.fusion_configs.split(",") if x]
     bad = [c for c in configs if c not in FUSION_CONFIGS]
@@ -306,12 +313,10 @@ def main() -> None:
     if gen:
         print()
         print(gen)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
+    if outputs:
         cmd = "sieve bench suite -- " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        (args.out / "suite.json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=1, default=str))
-        (args.out / "suite.md").write_text(f"Regenerate: `{cmd}`\n\n{table}\n\n{held}\n\n{regret}\n\n{gen}\n",
-                                           encoding="utf-8")
+        write_outputs({outputs[0]: json.dumps({"command": cmd, "rows": rows}, indent=1, default=str),
+                       outputs[1]: f"Regenerate: `{cmd}`\n\n{table}\n\n{held}\n\n{regret}\n\n{gen}\n"})
 
 
 if __name__ == "__main__":
