@@ -154,14 +154,14 @@ def labels_key(labels: Any) -> str:
 
 
 def batch_label(alert: Any) -> str:
-    """The audit batch an alert came from. An incremental store audit (``sieve audit SOURCE --since``)
-    tags its alerts with the snapshot id it recorded (``evidence["batch"]``, sieve/experiment/audit.py):
-    that id, then the detector and the day; any other audit: the detector, the snapshot it ran on and
-    when (every flag of one recorded audit shares both)."""
+    """The audit batch an alert came from. Every recorded audit tags its alerts with the snapshot id it
+    audited (``evidence["batch"]``, :func:`sieve.experiment.audit_batch`): that id, then the detector,
+    the corpus and when; an alert without one (a hand-made flag, a ledger older than batch ids): the
+    detector, the corpus and when (every flag of one recorded audit shares them)."""
     when = time.strftime('%Y-%m-%d %H:%M', time.localtime(alert.created_at))
     batch = (alert.evidence or {}).get("batch")
     if batch:
-        return f"batch {batch} · {alert.detector} · {when}"
+        return f"batch {batch} · {alert.detector} on {alert.corpus_id} · {when}"
     return f"{alert.detector} on {alert.corpus_id} · {when}"
 
 

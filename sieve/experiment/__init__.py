@@ -7,7 +7,7 @@
 
 Corpus audits (RSG + ledger flags) are :mod:`sieve.experiment.audit`. See docs/architecture.md.
 """
-from sieve.experiment.audit import AUDIT_MODES, AuditReport, record_flags, run_audit
+from sieve.experiment.audit import AUDIT_MODES, AuditReport, audit_batch, record_flags, run_audit
 from sieve.experiment.defenses import (
     DefensePreparationError,
     DefenseSpecError,
@@ -21,4 +21,4 @@ from sieve.experiment.snapshots import Experiment, ExperimentError, Snapshot
 
 __all__ = ["Experiment", "ExperimentError", "Snapshot", "build_defense", "prepare_defense", "calibrate_defense",
            "fit_defense", "needs_calibration", "DefenseSpecError", "DefensePreparationError", "run_audit",
-           "record_flags", "AUDIT_MODES", "AuditReport"]
+           "record_flags", "audit_batch", "AUDIT_MODES", "AuditReport"]

@@ -12,6 +12,7 @@ the memory-mapped shards, locally or on Ray (sieve/scale/ray_engine.py).
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import time
 from collections import Counter
@@ -140,12 +141,30 @@ def index_version(index: Any) -> str:
     return f"{index.model_id}/{index.manifest.get('format', '')}"
 
 
+def snapshot_id_for(source: str, corpus_hash: str, index_version: str) -> str:
+    """The id of one audited snapshot: a source (a store URI, or ``dataset:condition``), its corpus hash and
+    index version (``S-`` + 12 hex digits of their sha256)."""
+    key = "\x1f".join((source, corpus_hash, index_version))
+    return "S-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+
+
+def audit_batch(report: AuditReport, dataset_name: str) -> str:
+    """The batch id of an audit's alerts: the report's own ``snapshot_id`` (a store audit), else the id
+    of the audited snapshot — dataset, condition, corpus hash and index version, as
+    :func:`snapshot_id_for` names store snapshots — so every recorded audit
+    (CLI, HTTP service, dashboard) tags its alerts with the batch they came from, and the same
+    snapshot audited twice is one batch."""
+    return str(report.summary.get("snapshot_id") or snapshot_id_for(
+        f"{dataset_name}:{report.snapshot.condition}", str(report.summary["corpus_hash"]),
+        str(report.summary["index_version"])))
+
+
 def record_flags(report: AuditReport, ledger: "Ledger", dataset_name: str, *,
                  rows: "Sequence[int] | None" = None, batch: str | None = None) -> tuple[int, int]:
     """Record every RSG flag of ``report`` as an open alert. Returns (flags, newly added); a flag
     already recorded for the same document, snapshot and index is not added twice. ``rows``: record
     only the flags among these rows (an incremental audit's new documents); ``batch``: the snapshot
-    id the alerts came from (``evidence["batch"]``)."""
+    id the alerts came from (``evidence["batch"]``; default :func:`audit_batch`)."""
     from sieve.ledger import Flag
 
     a = report.audit
@@ -156,7 +175,7 @@ def record_flags(report: AuditReport, ledger: "Ledger", dataset_name: str, *,
 
     only = None if rows is None else {int(r) for r in rows}
     flagged = [i for i in report.flagged if only is None or i in only]
-    tag = {} if batch is None else {"batch": batch}
+    tag = {"batch": audit_batch(report, dataset_name) if batch is None else batch}
     explained = {i: explain_audit(a, i) for i in flagged}   # plain reason + priority + hints
     flags = [Flag(a.ids[i], docs[i].hash, float(a.score[i]), a.params.decision_threshold,
                   {**a.row(i).to_dict(), "explanation": explained[i].to_dict(), **tag},

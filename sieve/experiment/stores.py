@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sieve.constants import CLEAN
+from sieve.experiment.audit import snapshot_id_for
 
 if TYPE_CHECKING:
     from sieve.corpus import Dataset
@@ -111,11 +112,6 @@ def open_store(source: "str | StoreURI", resources: "Resources", *, store_model:
 
 
 # -- snapshots -----------------------------------------------------------------------------------
-def snapshot_id_for(source: str, corpus_hash: str, index_version: str) -> str:
-    key = "\x1f".join((source, corpus_hash, index_version))
-    return "S-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
-
-
 def state_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / "snapshots"
 

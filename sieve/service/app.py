@@ -260,7 +260,7 @@ def create_app(state: ServiceState) -> FastAPI:
     def audit(req: S.AuditRequest, request: Request) -> dict[str, Any]:
         """RSG audit of the loaded corpus snapshot (clean, or clean + one attack family); flags are
         recorded as open alerts in the quarantine ledger."""
-        from sieve.experiment import AUDIT_MODES, ExperimentError, record_flags, run_audit
+        from sieve.experiment import AUDIT_MODES, ExperimentError, audit_batch, record_flags, run_audit
         from sieve.ledger import Ledger
 
         if req.mode not in AUDIT_MODES:
@@ -286,7 +286,8 @@ def create_app(state: ServiceState) -> FastAPI:
         a = report.audit
         flags = [{"id": a.ids[i], "score": round(float(a.score[i]), 4), "branch": report.branches.get(i, "")}
                  for i in report.flagged]
-        return {"summary": report.summary, "flags": flags, "recorded": added}
+        return {"summary": report.summary, "flags": flags, "recorded": added,
+                "batch": audit_batch(report, exp.dataset.name)}
 
     @app.get("/v1/alerts", response_model=S.AlertList, dependencies=guard, tags=["ledger"])
     def alerts(state_: Optional[str] = Query(None, alias="state", description="open, confirmed, dismissed or rolled_back"),

@@ -100,6 +100,8 @@ class AuditResponse(BaseModel):
     summary: dict[str, Any]
     flags: list[AuditFlag]
     recorded: int = Field(..., description="Flags newly added to the ledger (0 if already there or record=false).")
+    batch: str = Field("", description="The batch id its alerts carry (evidence.batch): one per audited snapshot "
+                                       "(dataset, condition, corpus hash, index version), the same on a repeated audit.")
 
 
 class AlertOut(BaseModel):

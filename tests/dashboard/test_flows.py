@@ -270,7 +270,10 @@ def test_export_carries_what_the_list_shows(fresh_ledger):
     assert [r["alert_id"] for r in rows] == list(queue["alert"])
     assert [float(r["priority"]) for r in rows] == [round(p, 3) for p in queue["priority"]], "the score as listed"
     assert [r["reason"] for r in rows] == list(queue["reason"])
-    assert all(r["batch"].startswith("rsg on ") and r["batch"].split(" · ")[0].endswith(":pr_b") for r in rows)
+    # one audit, one batch: its snapshot id, the detector and the audited corpus
+    assert len({r["batch"] for r in rows}) == 1
+    assert all(r["batch"].startswith("batch S-") and r["batch"].split(" · ")[1].startswith("rsg on ")
+               and r["batch"].split(" · ")[1].endswith(":pr_b") for r in rows)
     assert at.success, "the audit's message is shown"
 
 

@@ -102,8 +102,11 @@ def test_audit_records_flags_and_alert_transitions(client):
     out = r.json()
     assert out["summary"]["condition"] == "pr_b" and out["summary"]["injected"] > 0
     assert out["recorded"] == len(out["flags"]) > 0
-    assert client.post("/v1/audit", json={"condition": "pr_b"}).json()["recorded"] == 0  # not added twice
+    again = client.post("/v1/audit", json={"condition": "pr_b"}).json()
+    assert again["recorded"] == 0  # not added twice
+    assert out["batch"].startswith("S-") and again["batch"] == out["batch"]   # one batch per audited snapshot
     alerts = client.get("/v1/alerts", params={"state": "open", "detector": "rsg"}).json()
+    assert {a["evidence"]["batch"] for a in alerts["alerts"]} == {out["batch"]}   # every alert names it
     assert alerts["counts"]["open"] == len(out["flags"]) == len(alerts["alerts"])
     assert {a["doc_id"] for a in alerts["alerts"]} == {f["id"] for f in out["flags"]}
     aid = alerts["alerts"][0]["alert_id"]
