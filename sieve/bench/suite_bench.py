@@ -55,6 +55,7 @@ COMPONENT_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "rsq_rescore[calibrated]": ("rsq_rescore", {"eta_q": None}),
     "context_conflict[min]": ("context_conflict", {"rival_weight": "min"}),
     "context_conflict[answering]": ("context_conflict", {"rival_weight": "answering"}),
+    "mutual_cohesion[m4]": ("mutual_cohesion", {"neighbours": 4}),
 }
 #: The shipped default until the second suite session (docs/results/suite.md): every configuration
 #: below is written out against it, so that a change of the default never changes what a name means.
@@ -109,6 +110,10 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     # above its clean 95th percentile with the gold passage kept; over budget on the demo)
     "d3+mutual": {**D3, "evidence": D3["evidence"] + ("mutual",)},
     "d3+mutual+promotion": {**D3, "evidence": D3["evidence"] + ("mutual", "promotion")},
+    # twelfth session (after a probe of m on msmarco-gold and the demo: with m = 4, every passage of a group
+    # of five mutually near poisons names the other four, so no member sits at the end of a chain)
+    "d3+mutual4": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4},
+    "d3+mutual4+promotion": {**D3, "evidence": D3["evidence"] + ("mutual", "promotion"), "mutual_neighbours": 4},
 }
 
 

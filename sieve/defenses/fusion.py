@@ -42,6 +42,7 @@ from sieve.defenses.budget import budget_index, removal_threshold
 from sieve.defenses.conflict import RIVAL_WEIGHTS
 from sieve.defenses.fusion_evidence import EVIDENCE as EVIDENCE_SOURCES
 from sieve.defenses.fusion_evidence import EvidenceSources
+from sieve.defenses.mutual_cohesion import NEIGHBOURS as MUTUAL_NEIGHBOURS
 from sieve.defenses.pvalues import (
     COMBINE,
     TIES,
@@ -105,7 +106,8 @@ class Fusion(Defense):
     without the removed documents as neighbours — a true passage beside its poisons is not dense
     by their company; a document already examined keeps its value, so a removal launders no twin),
     ``conflict_weight`` (the ``conflict`` evidence's ``rival_weight``, §14.5: ``"own"``, ``"answering"``
-    or ``"min"``).
+    or ``"min"``), ``mutual_neighbours`` (m of the ``mutual`` evidence, §14.8: how many nearest passages
+    each passage of the window names; 3, as ``mutual_cohesion``).
     Learned in calibration: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
     ``minp_null_``, ``cauchy_null_``, ``component_thresholds_`` (per evidence, with ``component_budget``),
     ``clean_scores_``, ``document_threshold_``, ``calibration_removal_`` and ``threshold``.
@@ -136,12 +138,14 @@ class Fusion(Defense):
     component_budget: float
     density_scope: str
     conflict_weight: str
+    mutual_neighbours: int
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "survivors",
                  refill_factor: float = 1.0, ties: str = "mid", component_budget: float = 0.0,
-                 density_scope: str = "corpus", conflict_weight: str = "own") -> None:
+                 density_scope: str = "corpus", conflict_weight: str = "own",
+                 mutual_neighbours: int = MUTUAL_NEIGHBOURS) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:
@@ -165,11 +169,13 @@ class Fusion(Defense):
             raise ValueError(f"fusion: conflict_weight must be one of {', '.join(RIVAL_WEIGHTS)}; got {conflict_weight!r}")
         if ties not in TIES:
             raise ValueError(f"fusion: ties must be one of {', '.join(TIES)}; got {ties!r}")
+        if isinstance(mutual_neighbours, bool) or int(mutual_neighbours) != mutual_neighbours or int(mutual_neighbours) < 1:
+            raise ValueError(f"fusion: mutual_neighbours must be a whole number >= 1; got {mutual_neighbours!r}")
         super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
                          max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
                          pairwise_scope=pairwise_scope, refill_factor=refill_factor, ties=ties,
                          component_budget=component_budget, density_scope=density_scope,
-                         conflict_weight=conflict_weight)
+                         conflict_weight=conflict_weight, mutual_neighbours=int(mutual_neighbours))
 
     # -- the methods it reads ---------------------------------------------------------------------
     @property
@@ -177,9 +183,9 @@ class Fusion(Defense):
         """The registered methods the evidence comes from (built on first use, fitted by :meth:`fit`)."""
         src = self.__dict__.get("_sources")
         if (src is None or src.evidence != self.evidence or src.duplicate_jaccard != float(self.duplicate_jaccard)
-                or src.conflict_weight != self.conflict_weight):
+                or src.conflict_weight != self.conflict_weight or src.mutual_neighbours != int(self.mutual_neighbours)):
             src = self.__dict__["_sources"] = EvidenceSources(self.evidence, float(self.duplicate_jaccard),
-                                                              self.conflict_weight)
+                                                              self.conflict_weight, int(self.mutual_neighbours))
         return src
 
     @property

@@ -73,10 +73,12 @@ def judge_cohesion(X: np.ndarray, rows: Sequence[int]) -> list[float]:
 class EvidenceSources:
     """The registered methods fusion reads (constructed once, fitted on the snapshot it defends)."""
 
-    def __init__(self, evidence: Sequence[str], duplicate_jaccard: float = 0.5, conflict_weight: str = "own") -> None:
+    def __init__(self, evidence: Sequence[str], duplicate_jaccard: float = 0.5, conflict_weight: str = "own",
+                 mutual_neighbours: int = NEIGHBOURS) -> None:
         self.evidence = tuple(evidence)
         self.duplicate_jaccard = float(duplicate_jaccard)
         self.conflict_weight = conflict_weight
+        self.mutual_neighbours = int(mutual_neighbours)
         self.methods: dict[str, "Defense"] = {}
         for name in self.evidence:
             e = EVIDENCE[name]
@@ -172,7 +174,7 @@ class EvidenceSources:
                 out[i]["cohesion"] = v
         if "mutual" in self.evidence and len(window) >= 2:
             where = {i: j for j, i in enumerate(window)}
-            values, _ = mutual_cohesion_scores(judge([docs[i].text for i in window]), NEIGHBOURS)
+            values, _ = mutual_cohesion_scores(judge([docs[i].text for i in window]), self.mutual_neighbours)
             for i in ctx:
                 out[i]["mutual"] = float(values[where[i]])
         if "rouge" in self.evidence and len(window) >= 2:

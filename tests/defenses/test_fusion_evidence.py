@@ -106,6 +106,25 @@ def test_mutual_is_mutual_cohesions_score(setup):
     assert all(0.0 <= v <= 3.0 for v in fused.values())
 
 
+@pytest.mark.parametrize("m", [1, 4])
+def test_mutual_neighbours_is_mutual_cohesions_m(setup, m):
+    """``mutual_neighbours`` is passed to the one function: fused values equal mutual_cohesion(neighbours=m),
+    and a different m gives different values on this ranking (the parameter is not ignored)."""
+    res, ranking, snap, _, records, _ = setup
+    f = Fusion(evidence=("mutual",), mutual_neighbours=m).fit(snap, res)
+    fused = _values(f._round(ranking, res, K, fusion.FusionScores([]), set()).records, "mutual")
+    own = DEFENSES.create("mutual_cohesion", neighbours=m).score(ranking, res, K).items
+    assert [fused[i] for i in range(K)] == [own[i].value for i in range(K)]
+    assert [fused[i] for i in range(K)] != [_values(records, "mutual")[i] for i in range(K)]   # m = 3 there
+    assert all(0.0 <= v <= m for v in fused.values())
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "4"])
+def test_mutual_neighbours_must_be_a_whole_number(bad):
+    with pytest.raises((ValueError, TypeError), match="mutual_neighbours"):
+        Fusion(mutual_neighbours=bad)
+
+
 def test_fusion_defines_no_score_of_its_own_methods():
     """The fusion module reads evidence only through fusion_evidence (no second L2, perplexity or
     RSQ definition): none of the methods' internals is imported there."""
