@@ -114,6 +114,10 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     # of five mutually near poisons names the other four, so no member sits at the end of a chain)
     "d3+mutual4": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4},
     "d3+mutual4+promotion": {**D3, "evidence": D3["evidence"] + ("mutual", "promotion"), "mutual_neighbours": 4},
+    # (after d3+mutual4 lost the demo's true passages to mutual alone at its p-value floor: under Fisher one
+    # extreme evidence weighs less against the others than under Cauchy; d3+fisher is the control)
+    "d3+fisher": {**D3, "combine": "fisher"},
+    "d3+mutual4+fisher": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4, "combine": "fisher"},
 }
 
 
