@@ -118,6 +118,9 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     # extreme evidence weighs less against the others than under Cauchy; d3+fisher is the control)
     "d3+fisher": {**D3, "combine": "fisher"},
     "d3+mutual4+fisher": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4, "combine": "fisher"},
+    # (after reading d3+mutual4's poisons left on msmarco-gold-faq pr_b: mutual p50 0.22 in their last round — a
+    # refill round recomputes mutual neighbours among the survivors, so removing four poisons launders the fifth)
+    "d3+mutual4+seen": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4, "pairwise_scope": "seen"},
 }
 
 
