@@ -121,6 +121,16 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     # (after reading d3+mutual4's poisons left on msmarco-gold-faq pr_b: mutual p50 0.22 in their last round — a
     # refill round recomputes mutual neighbours among the survivors, so removing four poisons launders the fifth)
     "d3+mutual4+seen": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4, "pairwise_scope": "seen"},
+    # thirteenth session (after reading the default's truth lost on demo-faq trigger families: 34 relevant removals
+    # on pr_b, RSG's density the driver of 32 — a true passage dense by the company of its poisons)
+    "d3+mutual4+seen+survivor-density": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4,
+                                         "pairwise_scope": "seen", "density_scope": "survivors"},
+    "d3+seen+survivor-density": {**D3, "pairwise_scope": "seen", "density_scope": "survivors"},
+    # (after reading the same removals' evidence: ROUGE-L p <= 0.05 for 54 % of the relevant passages removed in
+    # round 1 — an FAQ passage shares the question's words with every poison that repeats it)
+    "d3+rouge-query": {**D3, "rouge_query": "drop"},
+    "d3+mutual4+seen+rouge-query": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4,
+                                    "pairwise_scope": "seen", "rouge_query": "drop"},
 }
 
 

@@ -68,6 +68,10 @@ PAIRWISE_SCOPES = ("survivors", "seen")
 #: Which neighbours RSG's density counts for a document first examined after a removal: every corpus
 #: neighbour as audited (``corpus``), or not the documents removed from this query (``survivors``).
 DENSITY_SCOPES = ("corpus", "survivors")
+#: What the ROUGE-L near-copy evidence compares: the passages as written (``keep``, TrustRAG's), or the
+#: passages without the question's content words (``drop``) — FAQ pages and search snippets repeat the
+#: question, so sharing its words is no sign of one author (docs/algorithms.md §14.2).
+ROUGE_QUERY = ("keep", "drop")
 #: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there
 #: (most clean passages score 0 on the answer evidence, and p = 1 would veto removal under Cauchy).
 ABSTAINS_AT_ZERO = frozenset({"answer", "conflict"})
@@ -107,7 +111,9 @@ class Fusion(Defense):
     by their company; a document already examined keeps its value, so a removal launders no twin),
     ``conflict_weight`` (the ``conflict`` evidence's ``rival_weight``, §14.5: ``"own"``, ``"answering"``
     or ``"min"``), ``mutual_neighbours`` (m of the ``mutual`` evidence, §14.8: how many nearest passages
-    each passage of the window names; 3, as ``mutual_cohesion``).
+    each passage of the window names; 3, as ``mutual_cohesion``), ``rouge_query`` (``"keep"``; ``"drop"``:
+    ROUGE-L compares the passages without the question's content words, so two passages that both repeat
+    the question are not near copies for that alone).
     Learned in calibration: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
     ``minp_null_``, ``cauchy_null_``, ``component_thresholds_`` (per evidence, with ``component_budget``),
     ``clean_scores_``, ``document_threshold_``, ``calibration_removal_`` and ``threshold``.
@@ -139,13 +145,14 @@ class Fusion(Defense):
     density_scope: str
     conflict_weight: str
     mutual_neighbours: int
+    rouge_query: str
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "survivors",
                  refill_factor: float = 1.0, ties: str = "mid", component_budget: float = 0.0,
                  density_scope: str = "corpus", conflict_weight: str = "own",
-                 mutual_neighbours: int = MUTUAL_NEIGHBOURS) -> None:
+                 mutual_neighbours: int = MUTUAL_NEIGHBOURS, rouge_query: str = "keep") -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:
@@ -171,11 +178,14 @@ class Fusion(Defense):
             raise ValueError(f"fusion: ties must be one of {', '.join(TIES)}; got {ties!r}")
         if isinstance(mutual_neighbours, bool) or int(mutual_neighbours) != mutual_neighbours or int(mutual_neighbours) < 1:
             raise ValueError(f"fusion: mutual_neighbours must be a whole number >= 1; got {mutual_neighbours!r}")
+        if rouge_query not in ROUGE_QUERY:
+            raise ValueError(f"fusion: rouge_query must be one of {', '.join(ROUGE_QUERY)}; got {rouge_query!r}")
         super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
                          max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
                          pairwise_scope=pairwise_scope, refill_factor=refill_factor, ties=ties,
                          component_budget=component_budget, density_scope=density_scope,
-                         conflict_weight=conflict_weight, mutual_neighbours=int(mutual_neighbours))
+                         conflict_weight=conflict_weight, mutual_neighbours=int(mutual_neighbours),
+                         rouge_query=rouge_query)
 
     # -- the methods it reads ---------------------------------------------------------------------
     @property
@@ -183,9 +193,11 @@ class Fusion(Defense):
         """The registered methods the evidence comes from (built on first use, fitted by :meth:`fit`)."""
         src = self.__dict__.get("_sources")
         if (src is None or src.evidence != self.evidence or src.duplicate_jaccard != float(self.duplicate_jaccard)
-                or src.conflict_weight != self.conflict_weight or src.mutual_neighbours != int(self.mutual_neighbours)):
+                or src.conflict_weight != self.conflict_weight or src.mutual_neighbours != int(self.mutual_neighbours)
+                or src.rouge_query != self.rouge_query):
             src = self.__dict__["_sources"] = EvidenceSources(self.evidence, float(self.duplicate_jaccard),
-                                                              self.conflict_weight, int(self.mutual_neighbours))
+                                                              self.conflict_weight, int(self.mutual_neighbours),
+                                                              self.rouge_query)
         return src
 
     @property

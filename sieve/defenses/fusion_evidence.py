@@ -74,8 +74,9 @@ class EvidenceSources:
     """The registered methods fusion reads (constructed once, fitted on the snapshot it defends)."""
 
     def __init__(self, evidence: Sequence[str], duplicate_jaccard: float = 0.5, conflict_weight: str = "own",
-                 mutual_neighbours: int = NEIGHBOURS) -> None:
+                 mutual_neighbours: int = NEIGHBOURS, rouge_query: str = "keep") -> None:
         self.evidence = tuple(evidence)
+        self.rouge_query = rouge_query
         self.duplicate_jaccard = float(duplicate_jaccard)
         self.conflict_weight = conflict_weight
         self.mutual_neighbours = int(mutual_neighbours)
@@ -181,7 +182,10 @@ class EvidenceSources:
             from sieve.defenses.trustrag import max_rouge
 
             where = {i: j for j, i in enumerate(window)}
-            best = max_rouge([docs[i].text for i in window])
+            texts = [docs[i].text for i in window]
+            if self.rouge_query == "drop":
+                texts = without_question_words(texts, ranking.query)
+            best = max_rouge(texts)
             for i in ctx:
                 out[i]["rouge"] = best[where[i]]
         answer = self.methods.get("answer")
@@ -200,6 +204,16 @@ class EvidenceSources:
             for j, c in conflict.conflict_scores(sub, k, exclude_ids=gone).items():  # type: ignore[attr-defined]
                 out[survivors[j]]["conflict"] = c["score"]
         return out
+
+
+def without_question_words(texts: Sequence[str], question: str) -> list[str]:
+    """``texts`` as word tokens (:func:`~sieve.defenses.text.word_tokens`) without the question's content
+    words (its tokens that are not :data:`~sieve.defenses.text.STOPWORDS`), joined by spaces: what
+    fusion's ROUGE-L compares with ``rouge_query="drop"`` (docs/algorithms.md §14.2)."""
+    from sieve.defenses.text import STOPWORDS, word_tokens
+
+    drop = {t for t in word_tokens(question) if t not in STOPWORDS}
+    return [" ".join(t for t in word_tokens(x) if t not in drop) for x in texts]
 
 
 def _store(out: dict[int, dict[str, float]], idx: list[int], name: str, items: Sequence[Any],

@@ -7,7 +7,7 @@ import inspect
 
 import numpy as np
 import pytest
-from test_defense_contract import _ranking, _snapshot
+from test_defense_contract import _ranking, _snapshot, ranking_of
 
 from _tris_fakes import resources_with
 from sieve.defenses import fusion, fusion_evidence
@@ -154,3 +154,42 @@ def test_whole_ranking_evidence_is_scored_once_per_ranking(setup):
     other = type(ranking)(ranking.query + " again", ranking.documents, ranking.query_id, ranking.condition)
     src.static(other, res, [0])
     assert calls == [None, None]                       # another ranking is scored afresh
+
+
+def test_without_question_words_drops_only_the_questions_content_words():
+    from sieve.defenses.fusion_evidence import without_question_words
+
+    out = without_question_words(["Who wrote Hamlet? Shakespeare wrote Hamlet in 1600.", "HAMLET, by Marlowe"],
+                                 "who wrote hamlet")
+    assert out == ["who shakespeare in 1600", "by marlowe"]   # "who" is a stopword and stays
+
+
+def test_rouge_query_drop_compares_passages_without_the_question(setup):
+    """Passages that share only the question's words are near copies as written and much less so once
+    those words are dropped, while two real copies stay near copies; the fused value is max ROUGE-L over
+    the texts without them."""
+    from sieve.defenses.fusion_evidence import without_question_words
+    from sieve.defenses.trustrag import max_rouge
+
+    res, _, snap, *_ = setup
+    q = "what river flows through the amazon rainforest basin"
+    texts = [f"What river flows through the Amazon rainforest basin? {t}" for t in
+             ("The Amazon river carries more water than any other river.",
+              "Deforestation has reduced the canopy since 1970 by a fifth.",
+              "Jaguars hunt caimans along muddy banks at night.",
+              "The Amazon river carries more water than every other river.")]
+    ranking = ranking_of(q, texts)
+    def rouge(**params):
+        f = Fusion(evidence=("rouge",), **params).fit(snap, res)
+        return _values(f._round(ranking, res, 4, fusion.FusionScores([]), set()).records, "rouge")
+    as_written, without = rouge(), rouge(rouge_query="drop")
+    assert [without[i] for i in range(4)] == max_rouge(without_question_words(texts, q))
+    assert min(without[0], without[3]) > 0.8                                  # the copies stay copies
+    assert all(as_written[i] > 0.45 and without[i] < as_written[i] - 0.1 for i in (1, 2))
+    assert max(without[1], without[2]) < min(without[0], without[3]) - 0.4
+
+
+@pytest.mark.parametrize("bad", ["strip", "", None, True])
+def test_rouge_query_is_keep_or_drop(bad):
+    with pytest.raises(ValueError, match="rouge_query"):
+        Fusion(rouge_query=bad)
