@@ -122,7 +122,7 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     # refill round recomputes mutual neighbours among the survivors, so removing four poisons launders the fifth)
     "d3+mutual4+seen": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4, "pairwise_scope": "seen"},
     # thirteenth session (after reading the default's truth lost on demo-faq trigger families: 34 relevant removals
-    # on pr_b, RSG's density the driver of 32 — a true passage dense by the company of its poisons)
+    # on pr_b, RSG's density among the drivers of 33 — a true passage dense by the company of its poisons)
     "d3+mutual4+seen+survivor-density": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4,
                                          "pairwise_scope": "seen", "density_scope": "survivors"},
     "d3+seen+survivor-density": {**D3, "pairwise_scope": "seen", "density_scope": "survivors"},

@@ -191,13 +191,12 @@ class Fusion(Defense):
     @property
     def sources_(self) -> EvidenceSources:
         """The registered methods the evidence comes from (built on first use, fitted by :meth:`fit`)."""
+        settings = (tuple(self.evidence), float(self.duplicate_jaccard), self.conflict_weight,
+                    int(self.mutual_neighbours), self.rouge_query)
         src = self.__dict__.get("_sources")
-        if (src is None or src.evidence != self.evidence or src.duplicate_jaccard != float(self.duplicate_jaccard)
-                or src.conflict_weight != self.conflict_weight or src.mutual_neighbours != int(self.mutual_neighbours)
-                or src.rouge_query != self.rouge_query):
-            src = self.__dict__["_sources"] = EvidenceSources(self.evidence, float(self.duplicate_jaccard),
-                                                              self.conflict_weight, int(self.mutual_neighbours),
-                                                              self.rouge_query)
+        if src is None or self.__dict__.get("_sources_settings") != settings:   # rebuilt after set_params
+            src = self.__dict__["_sources"] = EvidenceSources(*settings)
+            self.__dict__["_sources_settings"] = settings
         return src
 
     @property
