@@ -60,18 +60,20 @@ COMPONENT_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 #: The shipped default until the second suite session (docs/results/suite.md): every configuration
 #: below is written out against it, so that a change of the default never changes what a name means.
 V2: dict[str, Any] = {"ties": "conservative", "refill_factor": 3.0, "pairwise_scope": "seen",
-                      "evidence": ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge")}
+                      "evidence": ("l2", "rsq", "rsg", "cohesion", "perplexity", "rouge"), "density_mutual": 0}
 _R1 = {"refill_factor": 1.0, "pairwise_scope": "survivors"}
 _MID_R1 = {**V2, **_R1, "ties": "mid"}
 _NO_COHESION = ("l2", "rsq", "rsg", "perplexity", "rouge")
 #: The default chosen in the second suite session (= ``mid-refill1-cohesion+conflict``); the third
-#: session's entries are written out against it.
+#: session's entries are written out against it. The fourteenth session's default is D3 with
+#: ``density_mutual`` 4 (= ``d3+mutual-density``).
 D3: dict[str, Any] = {**_MID_R1, "evidence": _NO_COHESION + ("conflict",)}
 #: Fusion configurations (parameters of :class:`~sieve.defenses.fusion.Fusion`); ``default`` is the
 #: class's own defaults. Which were written after looking at which data: docs/results/suite.md.
 FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "v2": dict(V2),
+    "d3": dict(D3),   # the default of the second to the thirteenth session (rows labelled fusion[default] then)
     # first session (after the held-out report of issue 23):
     "refill1": {**V2, **_R1},
     "+answer": {**V2, "evidence": V2["evidence"] + ("answer",)},
@@ -131,6 +133,14 @@ FUSION_CONFIGS: dict[str, dict[str, Any]] = {
     "d3+rouge-query": {**D3, "rouge_query": "drop"},
     "d3+mutual4+seen+rouge-query": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4,
                                     "pairwise_scope": "seen", "rouge_query": "drop"},
+    # fourteenth session (after a probe of RSG's density over mutual corpus neighbours only, on the attacked snapshots
+    # of all four datasets: share of relevant passages at p <= 0.05 0.32 -> 0.01 on msmarco-gold pr_b, 0.74 -> 0.22 on
+    # msmarco-gold-faq pr_b, 0.55 -> 0.38 on demo-faq pr_b with m = 4; poisons 0.98 -> 0.98, 0.91 -> 0.89)
+    "d3+mutual-density": {**D3, "density_mutual": 4},
+    "d3+mutual-density3": {**D3, "density_mutual": 3},
+    "d3+mutual-density+survivor-density": {**D3, "density_mutual": 4, "density_scope": "survivors"},
+    "d3+mutual4+seen+mutual-density": {**D3, "evidence": D3["evidence"] + ("mutual",), "mutual_neighbours": 4,
+                                       "pairwise_scope": "seen", "density_mutual": 4},
 }
 
 

@@ -72,6 +72,9 @@ DENSITY_SCOPES = ("corpus", "survivors")
 #: passages without the question's content words (``drop``) — FAQ pages and search snippets repeat the
 #: question, so sharing its words is no sign of one author (docs/algorithms.md §14.2).
 ROUGE_QUERY = ("keep", "drop")
+#: m of ``density_mutual``: RSG's density counts a corpus neighbour only if it names the document among its
+#: own four nearest (five poisons of one question name one another; docs/algorithms.md §14.2).
+DENSITY_MUTUAL = 4
 #: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there
 #: (most clean passages score 0 on the answer evidence, and p = 1 would veto removal under Cauchy).
 ABSTAINS_AT_ZERO = frozenset({"answer", "conflict"})
@@ -113,7 +116,9 @@ class Fusion(Defense):
     or ``"min"``), ``mutual_neighbours`` (m of the ``mutual`` evidence, §14.8: how many nearest passages
     each passage of the window names; 3, as ``mutual_cohesion``), ``rouge_query`` (``"keep"``; ``"drop"``:
     ROUGE-L compares the passages without the question's content words, so two passages that both repeat
-    the question are not near copies for that alone).
+    the question are not near copies for that alone), ``density_mutual`` (4; 0 = the audited density; m > 0: RSG's density
+    counts only the corpus neighbours that name the document among their own m nearest, so a true passage
+    beside a group of poisons — which name one another — is not dense by their company; §14.2).
     Learned in calibration: ``null_`` (sorted clean values per evidence), ``fisher_null_``,
     ``minp_null_``, ``cauchy_null_``, ``component_thresholds_`` (per evidence, with ``component_budget``),
     ``clean_scores_``, ``document_threshold_``, ``calibration_removal_`` and ``threshold``.
@@ -146,13 +151,15 @@ class Fusion(Defense):
     conflict_weight: str
     mutual_neighbours: int
     rouge_query: str
+    density_mutual: int
 
     def __init__(self, threshold: float | None = None, evidence: Sequence[str] = DEFAULT_EVIDENCE,
                  combine: str = "cauchy", calibration_folds: int = 8, max_rounds: int = 10,
                  cohesion_scope: int = 10, duplicate_jaccard: float = 0.5, pairwise_scope: str = "survivors",
                  refill_factor: float = 1.0, ties: str = "mid", component_budget: float = 0.0,
                  density_scope: str = "corpus", conflict_weight: str = "own",
-                 mutual_neighbours: int = MUTUAL_NEIGHBOURS, rouge_query: str = "keep") -> None:
+                 mutual_neighbours: int = MUTUAL_NEIGHBOURS, rouge_query: str = "keep",
+                 density_mutual: int = DENSITY_MUTUAL) -> None:
         ev = tuple(evidence.split(",") if isinstance(evidence, str) else evidence)
         bad = [e for e in ev if e not in EVIDENCE]
         if bad or not ev:
@@ -180,19 +187,21 @@ class Fusion(Defense):
             raise ValueError(f"fusion: mutual_neighbours must be a whole number >= 1; got {mutual_neighbours!r}")
         if rouge_query not in ROUGE_QUERY:
             raise ValueError(f"fusion: rouge_query must be one of {', '.join(ROUGE_QUERY)}; got {rouge_query!r}")
+        if isinstance(density_mutual, bool) or int(density_mutual) != density_mutual or int(density_mutual) < 0:
+            raise ValueError(f"fusion: density_mutual must be a whole number >= 0 (0 = off); got {density_mutual!r}")
         super().__init__(threshold=threshold, evidence=ev, combine=combine, calibration_folds=calibration_folds,
                          max_rounds=max_rounds, cohesion_scope=cohesion_scope, duplicate_jaccard=duplicate_jaccard,
                          pairwise_scope=pairwise_scope, refill_factor=refill_factor, ties=ties,
                          component_budget=component_budget, density_scope=density_scope,
                          conflict_weight=conflict_weight, mutual_neighbours=int(mutual_neighbours),
-                         rouge_query=rouge_query)
+                         rouge_query=rouge_query, density_mutual=int(density_mutual))
 
     # -- the methods it reads ---------------------------------------------------------------------
     @property
     def sources_(self) -> EvidenceSources:
         """The registered methods the evidence comes from (built on first use, fitted by :meth:`fit`)."""
         settings = (tuple(self.evidence), float(self.duplicate_jaccard), self.conflict_weight,
-                    int(self.mutual_neighbours), self.rouge_query)
+                    int(self.mutual_neighbours), self.rouge_query, int(self.density_mutual))
         src = self.__dict__.get("_sources")
         if src is None or self.__dict__.get("_sources_settings") != settings:   # rebuilt after set_params
             src = self.__dict__["_sources"] = EvidenceSources(*settings)

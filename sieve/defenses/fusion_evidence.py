@@ -74,9 +74,10 @@ class EvidenceSources:
     """The registered methods fusion reads (constructed once, fitted on the snapshot it defends)."""
 
     def __init__(self, evidence: Sequence[str], duplicate_jaccard: float = 0.5, conflict_weight: str = "own",
-                 mutual_neighbours: int = NEIGHBOURS, rouge_query: str = "keep") -> None:
+                 mutual_neighbours: int = NEIGHBOURS, rouge_query: str = "keep", density_mutual: int = 0) -> None:
         self.evidence = tuple(evidence)
         self.rouge_query = rouge_query
+        self.density_mutual = int(density_mutual)
         self.duplicate_jaccard = float(duplicate_jaccard)
         self.conflict_weight = conflict_weight
         self.mutual_neighbours = int(mutual_neighbours)
@@ -127,22 +128,32 @@ class EvidenceSources:
                 for i, s in enumerate(items):
                     if i in out and s.value is not None:
                         out[i][name] = float(s.value)
+        if self.density_mutual and "rsg" in self.evidence:
+            for i, v in self.density(ranking, idx).items():
+                out[i]["rsg"] = v          # the mutual density in place of the audited one
         return out
 
     def survivor_density(self, ranking: Ranking, idx: list[int], removed: set[int]) -> dict[int, float]:
         """The ``rsg`` evidence of the documents ``idx`` with the documents ``removed`` from this query's
         ranking no longer counted as their neighbours (:func:`~sieve.defenses.rsg.density_without`):
         max(D_i without them, I_i). Empty when RSG is not fitted or nothing was removed."""
+        return self.density(ranking, idx, removed) if removed else {}
+
+    def density(self, ranking: Ranking, idx: list[int], removed: "set[int] | frozenset[int]" = frozenset()) -> dict[int, float]:
+        """The ``rsg`` evidence max(D_i, I_i) of the documents ``idx`` recomputed from the audit: without
+        the ``removed`` documents of this ranking as neighbours, and with ``density_mutual`` = m > 0 only
+        over neighbours that name the document among their own m nearest (docs/algorithms.md §14.2).
+        Empty when RSG is not fitted."""
         audit = getattr(self.methods.get("rsg"), "audit_", None) if "rsg" in self.fitted else None
         if audit is None:
             return {}
         docs = ranking.documents
         gone = [audit.index_of(docs[j].id) for j in removed if docs[j].id in audit]
         rows = [i for i in idx if docs[i].id in audit]
-        if not gone or not rows:
+        if not rows:
             return {}
         at = [audit.index_of(docs[i].id) for i in rows]
-        dens = density_without(audit, at, gone)
+        dens = density_without(audit, at, gone, self.density_mutual)
         return {i: float(max(float(d), float(audit.integrity[r]))) for i, r, d in zip(rows, at, dens)}
 
     def _whole_ranking(self, name: str, ranking: Ranking, resources: "Resources", k: int | None) -> list[Any]:

@@ -290,14 +290,31 @@ def _contrast(kept: np.ndarray, sims: np.ndarray, floor: np.ndarray, p: RSGParam
     return mu, density
 
 
-def density_without(audit: "RSGAudit", rows: Sequence[int], excluded: Sequence[int]) -> np.ndarray:
+def density_without(audit: "RSGAudit", rows: Sequence[int], excluded: Sequence[int] = (),
+                    mutual: int = 0) -> np.ndarray:
     """D_i of the corpus rows ``rows`` with the neighbours in ``excluded`` (corpus rows) not counted
     (b_i, the walk and the lexical ceiling as audited): fusion's ``density_scope="survivors"``
-    (docs/algorithms.md §14.2). With nothing excluded it is the audited D_i exactly."""
+    (docs/algorithms.md §14.2). With ``mutual`` = m > 0, a neighbour j also counts only if i is among
+    j's own first m neighbours (:func:`mutual_neighbours`): fusion's ``density_mutual``. With nothing
+    excluded and ``mutual`` 0 it is the audited D_i exactly."""
     r = np.asarray(rows, np.int64)
     kept = audit.kept[r] & ~np.isin(audit.neighbour_ids[r], np.asarray(list(excluded), np.int64))
+    if mutual > 0:
+        kept &= mutual_neighbours(audit.neighbour_ids, r, int(mutual))
     return _contrast(kept, audit.neighbour_sims[r].astype(np.float32), audit.floor[r].astype(np.float32),
                      audit.params)[1]
+
+
+def mutual_neighbours(neighbour_ids: np.ndarray, rows: np.ndarray, m: int) -> np.ndarray:
+    """[len(rows), k] bool: neighbour j of row i names i among its own first ``m`` neighbours.
+
+    Five poisons written for one question are one another's nearest passages in the corpus, so each is
+    dense by the others'; a true passage on their topic is near them too, but none of them names it
+    among its nearest (they name each other), so its density by their company is not mutual
+    (docs/algorithms.md §14.2, "Mutual density")."""
+    nb = np.asarray(neighbour_ids, np.int64)[rows]
+    their = np.asarray(neighbour_ids, np.int64)[np.maximum(nb, 0), :m]       # [rows, k, m]
+    return (nb >= 0) & (their == np.asarray(rows, np.int64)[:, None, None]).any(axis=2)
 
 
 @dataclass

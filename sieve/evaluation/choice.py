@@ -5,8 +5,8 @@ Rows are ``summary.json`` rows (:func:`sieve.evaluation.summary.summary_row`) wi
 (``dataset``, ``untargeted``, ``clean_truth_kept``, ``clean_removal_on_clean``,
 ``clean_scored_on_clean``), as ``sieve bench suite`` (sieve/bench/suite_bench.py) writes them.
 
-* :func:`pick` — the held-out rule: within the clean budget on every dataset
-  (:func:`within_budget`), then the most cells meeting their goal (:func:`meets_goal`), then the
+* :func:`pick` — the held-out rule: within the clean budget on the most datasets
+  (:func:`within_budget`; every one, where any configuration is), then the most cells meeting their goal (:func:`meets_goal`), then the
   lowest mean poison-in-context; :func:`held_out_tables` applies it leaving out each dataset and
   each family.
 * :func:`no_regret` — per cell, fusion against the best component within the budget.
@@ -92,45 +92,52 @@ def meets_goal(row: dict[str, Any]) -> bool:
 @dataclass(frozen=True)
 class Choice:
     """What :func:`pick` chose and why: the configuration, its mean poison-in-context over the cells
-    seen, how many of them meet the goal, and whether it is within the clean budget everywhere."""
+    seen, how many of them meet the goal, and on how many of their datasets it is over the clean budget."""
 
     config: str
     mean_pic: float
     met: int
     cells: int
     within_budget: bool
+    over_budget: int = 0          # datasets of the cells seen where it is over the clean budget
+    datasets: int = 0             # datasets of the cells seen
 
     def label(self) -> str:
-        return (f"{self.config} ({self.met} of {self.cells} cells meet the goal"
-                + ("; none is within the budget everywhere)" if not self.within_budget else ")"))
+        over = (f"; over the clean budget on {self.over_budget} of {self.datasets} datasets, none is within it everywhere"
+                if self.over_budget else "")
+        return f"{self.config} ({self.met} of {self.cells} cells meet the goal{over})"
 
 
 def pick(rows: list[dict[str, Any]], configs: list[str], cells: list[tuple[str, str]], budget: float = 0.05
          ) -> Choice:
     """The held-out rule, the one way Sieve chooses a configuration (the suite's leave-one-dataset-out
-    and leave-one-family-out tables, :mod:`sieve.evaluation.lofo`): within the clean budget on held-out
-    clean queries of every dataset first (:func:`within_budget`), then the most ``cells`` (dataset,
-    family) meeting their goal (:func:`meets_goal`: poison-in-context and truth-kept), then the lowest
-    mean poison-in-context over them; ties go to the earlier configuration, i.e. the default. When
-    none is within the budget everywhere the same order decides among all of them (and says so)."""
+    and leave-one-family-out tables, :mod:`sieve.evaluation.lofo`): the fewest datasets where clean
+    removal on held-out clean queries is over the budget first (:func:`within_budget`; none, where any
+    configuration manages that), then the most ``cells`` (dataset, family) meeting their goal
+    (:func:`meets_goal`: poison-in-context and truth-kept), then the lowest mean poison-in-context over
+    them; ties go to the earlier configuration, i.e. the default. Counting the datasets over budget,
+    rather than asking for none, keeps the budget in the rule when one dataset is over it for every
+    configuration (the label says so)."""
     by = {(r["dataset"], r["attack"], r["defense"]): r for r in rows}
-    scored: list[tuple[int, int, float, int, str]] = []
+    scored: list[tuple[int, int, float, int, str, int]] = []
     for order, c in enumerate(configs):
         label = f"fusion[{c}]"
-        vals, met, within = [], 0, True
+        vals, met, over, seen = [], 0, set(), set()
         for ds, fam in cells:
             r = by.get((ds, fam, label))
             if r is None or r.get("poison_in_context_rate") is None:
                 continue
-            within = within and within_budget(r, by.get((ds, CLEAN, label)), budget)
+            seen.add(ds)
+            if not within_budget(r, by.get((ds, CLEAN, label)), budget):
+                over.add(ds)
             met += meets_goal(r)
             vals.append(r["poison_in_context_rate"])
         if vals:
-            scored.append((int(not within), -met, sum(vals) / len(vals), order, c))
+            scored.append((len(over), -met, sum(vals) / len(vals), order, c, len(seen)))
     if not scored:
         return Choice(configs[0], float("inf"), 0, len(cells), False)
-    over, met, mean, _, best = min(scored)
-    return Choice(best, mean, -met, len(cells), not over)
+    n_over, met, mean, _, best, n_seen = min(scored)
+    return Choice(best, mean, -met, len(cells), not n_over, n_over, n_seen)
 
 
 def _mean_pic(by: dict[tuple[str, str, str], dict[str, Any]], cells: list[tuple[str, str]], cfg: str) -> str:

@@ -26,7 +26,7 @@ def setup():
     res = resources_with(judge=HashingEmbedder(48, "tiny-judge"))
     ranking = _ranking()
     snap = _snapshot(res)
-    f = Fusion(evidence=tuple(EVIDENCE), pairwise_scope="survivors").fit(snap, res)
+    f = Fusion(evidence=tuple(EVIDENCE), pairwise_scope="survivors", density_mutual=0).fit(snap, res)
     n = len(ranking.documents)
     records = f._round(ranking, res, K, fusion.FusionScores([]), set()).records
     return res, ranking, snap, f, records, list(range(n))
@@ -193,3 +193,26 @@ def test_rouge_query_drop_compares_passages_without_the_question(setup):
 def test_rouge_query_is_keep_or_drop(bad):
     with pytest.raises(ValueError, match="rouge_query"):
         Fusion(rouge_query=bad)
+
+
+def test_density_mutual_is_rsgs_density_over_mutual_neighbours(setup):
+    """The default reads RSG's density counting only neighbours that name the passage among their four
+    nearest (docs/algorithms.md §14.2); 0 reads the audited density, which is RSG's own score."""
+    from sieve.defenses.rsg import density_without
+
+    res, ranking, snap, _, records, idx = setup
+    assert Fusion().density_mutual == fusion.DENSITY_MUTUAL == 4
+    f = Fusion(evidence=("rsg",)).fit(snap, res)
+    got = _values(f._round(ranking, res, K, fusion.FusionScores([]), set()).records, "rsg")
+    audit = f.rsg_.audit_
+    rows = [audit.index_of(ranking.documents[i].id) for i in sorted(got)]
+    want = [max(float(d), float(audit.integrity[r])) for r, d in zip(rows, density_without(audit, rows, [], mutual=4))]
+    assert [got[i] for i in sorted(got)] == pytest.approx(want)
+    plain = _values(records, "rsg")
+    assert all(got[i] <= plain[i] + 1e-9 for i in got)       # counting fewer neighbours never adds density
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "4", True])
+def test_density_mutual_must_be_a_whole_number(bad):
+    with pytest.raises(ValueError, match="density_mutual"):
+        Fusion(density_mutual=bad)

@@ -56,6 +56,52 @@ def test_density_without_the_removed_neighbours():
     assert density_without(a, [3], [0, 1, 2]).tolist() == [0.0]    # not a neighbour: nothing changes
 
 
+def _poisons_beside_a_true_passage():
+    """Five poisons at cosine ~0.95 to one another, a true passage at ~0.90 to each, ten unrelated passages."""
+    rng = np.random.default_rng(0)
+    centre = np.zeros(32, np.float32)
+    centre[0] = 1.0
+    rows = []
+    for i in range(5):                                   # the poisons: one direction each, small
+        x = centre.copy()
+        x[1 + i] = 0.22
+        rows.append(x)
+    gold = centre.copy()
+    gold[10] = 0.45 + 0.0                                # farther from each poison than they are from one another
+    gold[1:6] = [0.01, 0.02, 0.03, 0.04, 0.05]           # no ties in its own neighbour order
+    rows.append(gold)
+    rows += [rng.normal(size=32).astype(np.float32) for _ in range(10)]
+    v = np.stack(rows)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    texts = [f"poison {i} says word{i} and term{i}" for i in range(5)] + ["the true passage states facts"]
+    texts += [f"unrelated page {i} about topic{i}" for i in range(10)]
+    return [f"d{i}" for i in range(16)], texts, v
+
+
+def test_mutual_density_keeps_the_poisons_dense_and_not_the_true_passage_beside_them():
+    from sieve.defenses.rsg import mutual_neighbours
+
+    ids, texts, v = _poisons_beside_a_true_passage()
+    a = audit_corpus(ids, texts, v)
+    S_ = v @ v.T
+    assert S_[0, 1] > S_[0, 5] > 0.85                     # the geometry the docstring states
+    mutual = mutual_neighbours(a.neighbour_ids, np.arange(6), 4)
+    # each poison's retained neighbours are the other four poisons and the true passage; the four name it
+    # (and the true passage names four of the poisons: a neighbour counts when *it* names the document)
+    for i in range(5):
+        kept = {int(j) for j in a.neighbour_ids[i][a.kept[i]]}
+        named = {int(j) for j in a.neighbour_ids[i][a.kept[i] & mutual[i]]}
+        assert kept == set(range(6)) - {i} and set(range(5)) - {i} <= named
+    assert {int(j) for j in a.neighbour_ids[5][a.kept[5]]} == set(range(5))
+    assert not (mutual[5] & a.kept[5]).any()             # no poison names the true passage
+    plain, m4 = density_without(a, range(6), []), density_without(a, range(6), [], mutual=4)
+    assert plain[5] > 0.4 and m4[5] == 0.0               # dense by the poisons' company only
+    assert m4[:5].tolist() == plain[:5].tolist()         # the poisons' density does not change
+    assert density_without(a, range(16), [], mutual=0).tolist() == a.density.tolist()
+    # with m = 6 the poisons name it (it is their fifth-nearest) and it is dense again
+    assert density_without(a, [5], [], mutual=6)[0] == pytest.approx(plain[5])
+
+
 def test_lexical_ceiling_drops_near_duplicates():
     ids, texts, v = five_doc_geometry()
     texts[1] = texts[0]                       # Jaccard 1 > 0.60 → dropped from each other's lists

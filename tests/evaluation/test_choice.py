@@ -44,6 +44,22 @@ def test_choose_prefers_goals_met_over_a_lower_poison_rate_that_discards_the_tru
     assert table["| dataset c"].split(" | ")[1].startswith("keep")      # chosen on a and b
 
 
+def test_when_one_dataset_is_over_budget_for_every_configuration_the_budget_still_counts_elsewhere():
+    cells = [("a", "pr_b"), ("b", "pr_b"), ("c", "pr_b")]
+    rows = [_row("a", "pr_b", "fusion[default]", 0.0, tk=0.95, removal=0.2),     # a: over for both
+            _row("a", "pr_b", "fusion[greedy]", 0.0, tk=0.95, removal=0.2),
+            _row("b", "pr_b", "fusion[default]", 0.3, tk=0.95), _row("b", "pr_b", "fusion[greedy]", 0.0, tk=0.95,
+                                                                                    removal=0.2),
+            _row("c", "pr_b", "fusion[default]", 0.3, tk=0.95), _row("c", "pr_b", "fusion[greedy]", 0.0, tk=0.95)]
+    choice = pick(rows, ["default", "greedy"], cells)
+    # greedy meets 3 goals to the default's 1, but it is over the budget on b too
+    assert choice.config == "default" and (choice.over_budget, choice.datasets) == (1, 3)
+    assert choice.label() == ("default (1 of 3 cells meet the goal; over the clean budget on 1 of 3 datasets, "
+                              "none is within it everywhere)")
+    rows[3]["clean_removal_on_clean"] = 0.04                                       # now only a is over for greedy
+    assert pick(rows, ["default", "greedy"], cells).config == "greedy"
+
+
 def test_no_regret_compares_with_the_best_component_within_the_budget():
     rows = [_row("a", "pr_b", "fusion[default]", 0.30, tk=0.2), _row("a", "pr_b", "tris_l2", 0.0, tk=1.0),
             _row("a", "pr_b", "rsg", 0.0, tk=1.0, removal=0.3),               # over budget: not a fair comparison
