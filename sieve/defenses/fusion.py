@@ -72,9 +72,7 @@ DENSITY_SCOPES = ("corpus", "survivors")
 #: passages without the question's content words (``drop``) — FAQ pages and search snippets repeat the
 #: question, so sharing its words is no sign of one author (docs/algorithms.md §14.2).
 ROUGE_QUERY = ("keep", "drop")
-#: m of ``density_mutual``: RSG's density counts a corpus neighbour only if it names the document among its
-#: own four nearest (five poisons of one question name one another; docs/algorithms.md §14.2).
-DENSITY_MUTUAL = 4
+DENSITY_MUTUAL = 4   #: m of ``density_mutual``: five poisons of one question name one another (§14.2)
 #: Evidence whose value 0 means "nothing seen", not "clean": it abstains from the combination there
 #: (most clean passages score 0 on the answer evidence, and p = 1 would veto removal under Cauchy).
 ABSTAINS_AT_ZERO = frozenset({"answer", "conflict"})
