@@ -17,7 +17,7 @@ the documents removed in earlier rounds).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -118,6 +118,10 @@ class EvidenceSources:
             if e.scope == "document" and name in self.methods:
                 if self.methods[name].corpus_time and name not in self.fitted:
                     continue          # RSG not fitted: the evidence is missing (Fusion reports it)
+                if name == "rsg" and self.density_mutual:   # the mutual density, not RSG's audited rows
+                    for i, v in self.density(ranking, idx).items():
+                        out[i]["rsg"] = v
+                    continue
                 _store(out, idx, name, self.methods[name].score(sub, resources, None).items, e.read)
             elif e.scope in ("ranking", "neighbourhood") and name in self.methods:
                 k = K_CTX if e.scope == "ranking" else None   # neighbourhood: every document, refill included
@@ -128,9 +132,6 @@ class EvidenceSources:
                 for i, s in enumerate(items):
                     if i in out and s.value is not None:
                         out[i][name] = float(s.value)
-        if self.density_mutual and "rsg" in self.evidence:
-            for i, v in self.density(ranking, idx).items():
-                out[i]["rsg"] = v          # the mutual density in place of the audited one
         return out
 
     def survivor_density(self, ranking: Ranking, idx: list[int], removed: set[int]) -> dict[int, float]:
@@ -139,7 +140,7 @@ class EvidenceSources:
         max(D_i without them, I_i). Empty when RSG is not fitted or nothing was removed."""
         return self.density(ranking, idx, removed) if removed else {}
 
-    def density(self, ranking: Ranking, idx: list[int], removed: "set[int] | frozenset[int]" = frozenset()) -> dict[int, float]:
+    def density(self, ranking: Ranking, idx: list[int], removed: Iterable[int] = ()) -> dict[int, float]:
         """The ``rsg`` evidence max(D_i, I_i) of the documents ``idx`` recomputed from the audit: without
         the ``removed`` documents of this ranking as neighbours, and with ``density_mutual`` = m > 0 only
         over neighbours that name the document among their own m nearest (docs/algorithms.md §14.2).

@@ -1,7 +1,8 @@
 """RSG — RAGSieve's corpus-time graph detector (docs/algorithms.md §4; RS:graph.py, integrity.py).
 
-Size: just over 500 lines — the audit (§4.1–§4.5), its row view and the defense stay together so the
-one rule is read in one place.
+Size: about 610 lines — the audit (§4.1–§4.5), its row view and the defense stay together so the
+one rule is read in one place, and the per-query recomputations fusion reads (:func:`density_without`,
+:func:`mutual_neighbours`) stay beside the one density formula they share (``_contrast``).
 
 For every document of a corpus snapshot:
 

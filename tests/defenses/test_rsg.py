@@ -67,7 +67,7 @@ def _poisons_beside_a_true_passage():
         x[1 + i] = 0.22
         rows.append(x)
     gold = centre.copy()
-    gold[10] = 0.45 + 0.0                                # farther from each poison than they are from one another
+    gold[10] = 0.45                                      # farther from each poison than they are from one another
     gold[1:6] = [0.01, 0.02, 0.03, 0.04, 0.05]           # no ties in its own neighbour order
     rows.append(gold)
     rows += [rng.normal(size=32).astype(np.float32) for _ in range(10)]
