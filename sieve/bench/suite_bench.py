@@ -1,6 +1,6 @@
 """The development suite (docs/algorithms.md §9.4): every dataset × family × defense, with truth-kept.
 
-    sieve bench suite [--datasets demo,demo-faq,msmarco-gold,msmarco-gold-faq] [--defenses none,tris_l2,...]
+    sieve bench suite [--datasets demo,demo-faq,msmarco-gold,msmarco-gold-faq,msmarco-gold-snippet] [--defenses none,tris_l2,...]
                       [--fusion-configs default,refill1,...] [--limit N] [--work DIR] [--out DIR] [--shared DIR]
 
 Datasets are built at run time (:mod:`sieve.evaluation.suite`) from ``../shared/data`` (the

@@ -14,7 +14,12 @@ truth, built from ``../shared/data`` (never copied into the project):
   RAGDefender's "Blind" generated contexts (``blind``) and GARAG typo'd gold copies (``garag``),
   which are untargeted and reported separately (:data:`UNTARGETED`);
 * ``<name>-faq`` — the same with the relevant passages opening with the question's own words, as
-  FAQ pages and search snippets do, so that "the question is repeated" is no longer a poison-only trait.
+  FAQ pages and search snippets do, so that "the question is repeated" is no longer a poison-only trait;
+* ``msmarco-gold-snippet`` — msmarco-gold with one *non-relevant* clean passage opening with the
+  question's words for a share (:data:`SNIPPET_SHARE`) of the questions, as search snippets of other pages
+  do: the question is repeated by a few clean passages that do not answer it, while the gold passage does
+  not repeat it (the held-out web neighbourhoods' trait, where about 3 % of the clean passages open with
+  the question and TRIS L2's clean p-value floors there).
 
 :func:`build_suite` writes each dataset directory; the builders take plain records, so tests run
 them on a tiny fixture without ``../shared``.
@@ -34,7 +39,9 @@ if TYPE_CHECKING:
 GENERATED = ("pr_b", "payload_only", "single_fluent", "near_duplicate")
 #: Families read from RAGDefender's artifacts: untargeted (no wrong answer is asserted).
 UNTARGETED = ("blind", "garag")
-DATASETS = ("demo", "demo-faq", "msmarco-gold", "msmarco-gold-faq")
+DATASETS = ("demo", "demo-faq", "msmarco-gold", "msmarco-gold-faq", "msmarco-gold-snippet")
+#: Share of the questions of ``msmarco-gold-snippet`` given one non-relevant clean passage that repeats them.
+SNIPPET_SHARE = 0.2
 #: The target answer of an untargeted record (the dataset format wants one; no answer contains it).
 UNTARGETED_ANSWER = "(untargeted)"
 #: Poisons per target of the generated families (the single-poison ones inject one, as the demo does).
@@ -144,6 +151,37 @@ def build_faq_variant(source: "Dataset", out: str | Path) -> Path:
     return out
 
 
+def build_snippet_variant(source: "Dataset", out: str | Path, share: float = SNIPPET_SHARE) -> Path:
+    """A copy of ``source`` in which, for a ``share`` of its questions (chosen by a hash of the question
+    id, so every build picks the same), one clean passage that is relevant to no question opens with the
+    question's words (:func:`faq_text`). Each passage is used once, chosen by a hash of the question id
+    among the passages no qrels name. Queries, qrels, attacks and targets are copied unchanged."""
+    import hashlib
+    from shutil import copyfile
+
+    if not 0.0 <= float(share) <= 1.0:
+        raise ValueError(f"build_snippet_variant: share must be in [0, 1]; got {share!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def h(text: str) -> int:
+        return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+    relevant = {did for rel in source.qrels.values() for did, score in rel.items() if score > 0}
+    free = sorted((d.id for d in source.documents if d.id not in relevant), key=lambda x: h("snippet:" + x))
+    queries = sorted(source.queries, key=lambda q: h("question:" + q.id))
+    chosen = queries[:round(float(share) * len(queries))]
+    prefix = {did: q.text for did, q in zip(free, chosen)}
+    _write_jsonl(out / "corpus.jsonl", [{"id": d.id, "title": d.title,
+                                         "text": faq_text(prefix[d.id], d.text) if d.id in prefix else d.text}
+                                        for d in source.documents])
+    src = Path(source.path)
+    for name in ("queries.jsonl", "qrels.jsonl", "attacks.jsonl", "targets.jsonl"):
+        if (src / name).exists():
+            copyfile(src / name, out / name)
+    return out
+
+
 def generate_families(dataset_dir: str | Path, resources: "Resources", families: Sequence[str] = GENERATED,
                       progress: bool = False) -> dict[str, int]:
     """Sieve's own recipes on the dataset's targets.jsonl, merged into its attacks.jsonl (the same
@@ -187,4 +225,15 @@ def build_suite(out: str | Path, resources: "Resources", *, demo: str | Path, sh
             elif name in datasets:
                 built[name] = build_msmarco_gold(targets, demo_ds, out / name, faq=faq)
                 generate_families(built[name], resources, progress=progress)
+        name = "msmarco-gold-snippet"
+        if name in datasets and reuse and (out / name / "attacks.jsonl").exists():
+            built[name] = out / name
+        elif name in datasets:
+            source = built.get("msmarco-gold")
+            if source is None and reuse and (out / "msmarco-gold" / "attacks.jsonl").exists():
+                source = out / "msmarco-gold"
+            if source is None:        # its attacks are msmarco-gold's: build that one first, unlisted
+                source = build_msmarco_gold(targets, demo_ds, out / "msmarco-gold", faq=False)
+                generate_families(source, resources, progress=progress)
+            built[name] = build_snippet_variant(load_dataset(source), out / name)
     return built

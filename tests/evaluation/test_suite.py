@@ -13,6 +13,7 @@ from sieve.evaluation.suite import (
     UNTARGETED_ANSWER,
     build_faq_variant,
     build_msmarco_gold,
+    build_snippet_variant,
     build_suite,
     generate_families,
     read_shared,
@@ -92,6 +93,28 @@ def test_generated_families_use_the_targets_payloads(tmp_path, tiny_resources):
     assert not payload.documents[0].text.startswith("what day")            # trigger-free
     assert len(ds.attack_records("single_fluent")[0].documents) == 1       # one poison alone
     assert {"blind", "garag"} <= set(ds.attack_families())                  # kept beside the new families
+
+
+def test_snippet_variant_repeats_questions_in_passages_that_answer_none(tmp_path):
+    ts = read_shared(write_shared(tmp_path / "shared"))
+    bg = load_dataset(write_background(tmp_path / "bg"))
+    src = load_dataset(build_msmarco_gold(ts, bg, tmp_path / "mg"))
+    snip = load_dataset(build_snippet_variant(src, tmp_path / "mgs", share=2 / 3))
+    changed = {d.id: d.text for d in snip.documents if d.text != src.doc_by_id(d.id).text}
+    assert len(changed) == 2                                       # round(2/3 of 3 questions), one passage each
+    relevant = {did for rel in src.qrels.values() for did in rel}
+    assert not set(changed) & relevant                             # the gold passages are left as they are
+    openers = {t.split("? ")[0] for t in changed.values()}
+    assert len(openers) == 2 and openers <= {q.text[0].upper() + q.text[1:] for q in src.queries}
+    for did, text in changed.items():
+        assert text.endswith(src.doc_by_id(did).text)
+    assert snip.qrels == src.qrels and len(snip.documents) == len(src.documents)
+    assert sorted(snip.attack_families()) == sorted(src.attack_families())
+    again = load_dataset(build_snippet_variant(src, tmp_path / "mgs2", share=2 / 3))
+    assert [d.text for d in again.documents] == [d.text for d in snip.documents]    # the same on every build
+    assert load_dataset(build_snippet_variant(src, tmp_path / "none", share=0.0)).documents == src.documents
+    with pytest.raises(ValueError, match="share"):
+        build_snippet_variant(src, tmp_path / "bad", share=1.5)
 
 
 def test_faq_variant_and_build_suite_without_shared(tmp_path, tiny_resources):
