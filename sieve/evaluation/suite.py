@@ -128,11 +128,19 @@ def build_msmarco_gold(targets: Sequence[SharedTarget], background: "Dataset", o
     return out
 
 
+def _copy_beside_corpus(source: "Dataset", out: Path) -> None:
+    """A variant's unchanged files: the queries, qrels, attacks and targets of ``source``."""
+    from shutil import copyfile
+
+    src = Path(source.path)
+    for name in ("queries.jsonl", "qrels.jsonl", "attacks.jsonl", "targets.jsonl"):
+        if (src / name).exists():
+            copyfile(src / name, out / name)
+
+
 def build_faq_variant(source: "Dataset", out: str | Path) -> Path:
     """A copy of ``source`` (corpus, queries, qrels, attacks, targets) in which every relevant passage
     (qrels) opens with the words of the first question it answers."""
-    from shutil import copyfile
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     question = {q.id: q.text for q in source.queries}
@@ -144,10 +152,7 @@ def build_faq_variant(source: "Dataset", out: str | Path) -> Path:
     _write_jsonl(out / "corpus.jsonl", [{"id": d.id, "title": d.title,
                                          "text": faq_text(first_q[d.id], d.text) if d.id in first_q else d.text}
                                         for d in source.documents])
-    src = Path(source.path)
-    for name in ("queries.jsonl", "qrels.jsonl", "attacks.jsonl", "targets.jsonl"):
-        if (src / name).exists():
-            copyfile(src / name, out / name)
+    _copy_beside_corpus(source, out)
     return out
 
 
@@ -157,7 +162,6 @@ def build_snippet_variant(source: "Dataset", out: str | Path, share: float = SNI
     question's words (:func:`faq_text`). Each passage is used once, chosen by a hash of the question id
     among the passages no qrels name. Queries, qrels, attacks and targets are copied unchanged."""
     import hashlib
-    from shutil import copyfile
 
     if not 0.0 <= float(share) <= 1.0:
         raise ValueError(f"build_snippet_variant: share must be in [0, 1]; got {share!r}")
@@ -175,10 +179,7 @@ def build_snippet_variant(source: "Dataset", out: str | Path, share: float = SNI
     _write_jsonl(out / "corpus.jsonl", [{"id": d.id, "title": d.title,
                                          "text": faq_text(prefix[d.id], d.text) if d.id in prefix else d.text}
                                         for d in source.documents])
-    src = Path(source.path)
-    for name in ("queries.jsonl", "qrels.jsonl", "attacks.jsonl", "targets.jsonl"):
-        if (src / name).exists():
-            copyfile(src / name, out / name)
+    _copy_beside_corpus(source, out)
     return out
 
 
