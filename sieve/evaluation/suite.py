@@ -159,8 +159,9 @@ def build_faq_variant(source: "Dataset", out: str | Path) -> Path:
 def build_snippet_variant(source: "Dataset", out: str | Path, share: float = SNIPPET_SHARE) -> Path:
     """A copy of ``source`` in which, for a ``share`` of its questions (chosen by a hash of the question
     id, so every build picks the same), one clean passage that is relevant to no question opens with the
-    question's words (:func:`faq_text`). Each passage is used once, chosen by a hash of the question id
-    among the passages no qrels name. Queries, qrels, attacks and targets are copied unchanged."""
+    question's words (:func:`faq_text`). The passages no qrels name, in an order fixed by a hash of their
+    ids, are paired with the chosen questions, so each is used once. Queries, qrels, attacks and targets
+    are copied unchanged."""
     import hashlib
 
     if not 0.0 <= float(share) <= 1.0:

@@ -117,6 +117,23 @@ def test_snippet_variant_repeats_questions_in_passages_that_answer_none(tmp_path
         build_snippet_variant(src, tmp_path / "bad", share=1.5)
 
 
+def test_build_suite_makes_the_snippet_set_from_msmarco_gold_attacks(tmp_path, tiny_resources):
+    shared = write_shared(tmp_path / "shared")
+    write_background(tmp_path / "bg")
+    built = build_suite(tmp_path / "suite", tiny_resources, demo=tmp_path / "bg", shared_data=shared,
+                        datasets=("msmarco-gold-snippet",))
+    assert set(built) == {"msmarco-gold-snippet"}
+    snip, gold = load_dataset(built["msmarco-gold-snippet"]), load_dataset(tmp_path / "suite" / "msmarco-gold")
+    assert {"pr_b", "payload_only", "blind"} <= set(snip.attack_families())
+    assert (built["msmarco-gold-snippet"] / "attacks.jsonl").read_bytes() == \
+        (tmp_path / "suite" / "msmarco-gold" / "attacks.jsonl").read_bytes()   # the same poisons
+    assert sum(d.text != gold.doc_by_id(d.id).text for d in snip.documents) == 1   # round(0.2 of 3 questions)
+    stamp = (built["msmarco-gold-snippet"] / "corpus.jsonl").stat().st_mtime_ns
+    again = build_suite(tmp_path / "suite", tiny_resources, demo=tmp_path / "bg", shared_data=shared,
+                        datasets=("msmarco-gold-snippet",), reuse=True)
+    assert (again["msmarco-gold-snippet"] / "corpus.jsonl").stat().st_mtime_ns == stamp   # reused as it is
+
+
 def test_faq_variant_and_build_suite_without_shared(tmp_path, tiny_resources):
     bg = load_dataset(write_background(tmp_path / "bg"))
     faq = load_dataset(build_faq_variant(bg, tmp_path / "bgf"))
