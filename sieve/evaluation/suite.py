@@ -221,21 +221,21 @@ def build_suite(out: str | Path, resources: "Resources", *, demo: str | Path, sh
     shared = Path(shared_data) if shared_data else None
     if shared is not None and (shared / "poisonedrag" / "msmarco.json").exists():
         targets = read_shared(shared, limit)
+
+        def msmarco(name: str, faq: bool) -> Path:
+            if reuse and (out / name / "attacks.jsonl").exists():
+                return out / name
+            path = build_msmarco_gold(targets, demo_ds, out / name, faq=faq)
+            generate_families(path, resources, progress=progress)
+            return path
+
         for name, faq in (("msmarco-gold", False), ("msmarco-gold-faq", True)):
-            if name in datasets and reuse and (out / name / "attacks.jsonl").exists():
-                built[name] = out / name
-            elif name in datasets:
-                built[name] = build_msmarco_gold(targets, demo_ds, out / name, faq=faq)
-                generate_families(built[name], resources, progress=progress)
+            if name in datasets:
+                built[name] = msmarco(name, faq)
         name = "msmarco-gold-snippet"
         if name in datasets and reuse and (out / name / "attacks.jsonl").exists():
             built[name] = out / name
-        elif name in datasets:
-            source = built.get("msmarco-gold")
-            if source is None and reuse and (out / "msmarco-gold" / "attacks.jsonl").exists():
-                source = out / "msmarco-gold"
-            if source is None:        # its attacks are msmarco-gold's: build that one first, unlisted
-                source = build_msmarco_gold(targets, demo_ds, out / "msmarco-gold", faq=False)
-                generate_families(source, resources, progress=progress)
+        elif name in datasets:    # its attacks are msmarco-gold's: that one is built (unlisted) if missing
+            source = built.get("msmarco-gold") or msmarco("msmarco-gold", False)
             built[name] = build_snippet_variant(load_dataset(source), out / name)
     return built
